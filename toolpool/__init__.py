@@ -1,0 +1,74 @@
+"""toolpool: a tool-execution engine for AI coding agents.
+
+The public names of the tool contract and data model live here; the coordinator,
+worker and sandbox layers are subpackages.
+"""
+
+from toolpool.cancel import Cancelled, CancelSource
+from toolpool.errors import ToolDefinitionError, ToolError, ToolpoolError
+from toolpool.file_reads import FileReadRegister, FileReadStamp
+from toolpool.function_tool import FunctionTool, tool
+from toolpool.models import (
+    ContentBlock,
+    ErrorCode,
+    Event,
+    ImageBlock,
+    MessageEnd,
+    MessageStart,
+    TextBlock,
+    ToolCall,
+    ToolEnd,
+    ToolMessage,
+    ToolResult,
+    ToolStart,
+    ToolUpdate,
+    TurnEnd,
+    UpdateKind,
+    event_from_dict,
+)
+from toolpool.registry import ToolRegistry, ToolSpec, tools_in_module
+from toolpool.tool import (
+    InterruptBehavior,
+    Tool,
+    ToolContext,
+    ValidationResult,
+    image_block,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CancelSource",
+    "Cancelled",
+    "ContentBlock",
+    "ErrorCode",
+    "Event",
+    "FileReadRegister",
+    "FileReadStamp",
+    "FunctionTool",
+    "ImageBlock",
+    "InterruptBehavior",
+    "MessageEnd",
+    "MessageStart",
+    "TextBlock",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolEnd",
+    "ToolError",
+    "ToolMessage",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolSpec",
+    "ToolStart",
+    "ToolUpdate",
+    "ToolpoolError",
+    "TurnEnd",
+    "UpdateKind",
+    "ValidationResult",
+    "event_from_dict",
+    "image_block",
+    "tool",
+    "tools_in_module",
+]

@@ -1,0 +1,76 @@
+"""Cancellation as a value: a token that says whether, and why, a call must stop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from enum import StrEnum
+
+
+class CancelSource(StrEnum):
+    """Who asked a call to stop."""
+
+    ABORT = "abort"  # S5: the whole run was cancelled
+    INTERRUPT = "interrupt"  # S4: the user sent a new message (steering)
+    SHUTDOWN = "shutdown"  # the daemon is stopping
+
+
+class Cancelled(BaseException):
+    """Raised inside a running tool when its call is cancelled.
+
+    A BaseException, like ``asyncio.CancelledError``, so that a tool's
+    ``except Exception`` does not swallow it. It carries its source.
+    """
+
+    def __init__(self, source: CancelSource) -> None:
+        super().__init__(f"cancelled by {source.value}")
+        self.source = source
+
+
+class CancelToken:
+    """Set once, read from any thread, awaited from the event loop.
+
+    The first ``cancel`` wins: its source is the one reported.
+    """
+
+    __slots__ = ("_event", "_flag", "_source")
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._event: asyncio.Event | None = None
+        self._source: CancelSource | None = None
+
+    def cancel(self, source: CancelSource) -> None:
+        """Ask the call to stop. Call from the event loop's thread."""
+        if self._source is not None:
+            return
+        self._source = source
+        self._flag.set()
+        if self._event is not None:
+            self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._flag.is_set()
+
+    @property
+    def source(self) -> CancelSource | None:
+        return self._source
+
+    def wait_blocking(self, timeout: float | None = None) -> bool:
+        """Block a thread until cancelled (True) or the timeout passed (False)."""
+        return self._flag.wait(timeout)
+
+    async def wait(self) -> CancelSource:
+        """Wait on the event loop until the token is cancelled; return its source."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self._source is not None:
+                self._event.set()
+        await self._event.wait()
+        assert self._source is not None
+        return self._source
+
+    def __repr__(self) -> str:
+        state = f"cancelled by {self._source.value}" if self._source else "active"
+        return f"<CancelToken {state}>"

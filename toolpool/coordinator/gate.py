@@ -1,0 +1,58 @@
+"""The approval gate (SPEC P8): one async decision per call, before execution.
+
+The pipeline knows nothing of policy: a gate is any async callable from a
+``GateRequest`` to a ``GateDecision``. No gate means allow; a gate that raises
+means deny, with the exception's text as the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from toolpool.models import ToolCall
+from toolpool.registry import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GateRequest:
+    """What a gate decides on: the tool (its capabilities and permission metadata,
+    T3), the call with validated arguments, the label and the preview (a diff…)."""
+
+    spec: ToolSpec
+    call: ToolCall
+    label: str
+    preview: Any
+    session_id: str
+
+    @property
+    def tool(self) -> Any:
+        """The tool object itself, for gates that look for their own capabilities."""
+        return self.spec.tool
+
+    @property
+    def read_only(self) -> bool:
+        return self.spec.read_only(self.call.arguments)
+
+    @property
+    def permissions(self) -> tuple[str, ...]:
+        return self.spec.permissions
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    allowed: bool
+    reason: str = ""
+
+    @classmethod
+    def allow(cls) -> GateDecision:
+        return cls(True)
+
+    @classmethod
+    def deny(cls, reason: str) -> GateDecision:
+        return cls(False, reason)
+
+
+# A gate may also return None, which allows (as a nil decision does in the seed).
+Gate = Callable[[GateRequest], Awaitable[GateDecision | None]]

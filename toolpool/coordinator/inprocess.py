@@ -1,0 +1,74 @@
+"""An executor that runs tools in the coordinator's own process.
+
+For tests and debugging only: it breaks SPEC D1 (the coordinator never runs a tool)
+on purpose, and it cannot stop a plain function that ignores ``ctx.cancelled`` —
+such a thread is abandoned after the grace period. The worker pool has neither
+limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from toolpool.coordinator.executor import ExecutionRequest
+from toolpool.models import ToolResult
+from toolpool.outcomes import cancelled_result, result_from_exception, result_from_output
+
+
+class _ThreadSafeProgress:
+    """A progress sink that must run on the loop, callable from a tool's thread."""
+
+    __slots__ = ("_loop", "_owner", "_sink")
+
+    def __init__(self, sink: Callable[[Any], None], loop: asyncio.AbstractEventLoop) -> None:
+        self._sink = sink
+        self._loop = loop
+        self._owner = threading.get_ident()
+
+    def __call__(self, data: Any) -> None:
+        if threading.get_ident() == self._owner:
+            self._sink(data)
+        else:
+            self._loop.call_soon_threadsafe(self._sink, data)
+
+
+class InProcessExecutor:
+    """Async tools run as tasks; plain functions in threads (so they run side by side).
+
+    On cancel, an async tool's task is cancelled; a thread sees ``ctx.cancelled``
+    and has ``cancel_grace`` seconds to return before it is abandoned.
+    """
+
+    def __init__(self, cancel_grace: float = 2.0) -> None:
+        self.cancel_grace = cancel_grace
+
+    async def execute(self, request: ExecutionRequest) -> ToolResult:
+        spec, call, ctx = request.spec, request.call, request.context
+        token = ctx.cancel_token
+        if spec.is_async:
+            work: asyncio.Future[Any] = asyncio.ensure_future(spec.execute_fn(call.arguments, ctx))
+        else:
+            ctx = dataclasses.replace(
+                ctx, progress=_ThreadSafeProgress(ctx.progress, asyncio.get_running_loop())
+            )
+            work = asyncio.ensure_future(asyncio.to_thread(spec.execute_fn, call.arguments, ctx))
+        cancelled = asyncio.ensure_future(token.wait())
+        try:
+            await asyncio.wait({work, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if not work.done():
+            if spec.is_async:
+                work.cancel()
+            # A thread cannot be cancelled: it is asked through ctx.cancelled.
+            await asyncio.wait({work}, timeout=self.cancel_grace)
+            if not work.done() or work.cancelled():
+                return cancelled_result(call, token.source)
+        exc = work.exception()
+        if exc is not None:
+            return result_from_exception(call, exc)
+        return result_from_output(call, work.result())

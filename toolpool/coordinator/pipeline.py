@@ -1,0 +1,269 @@
+"""The ordered pipeline for one tool call (SPEC P1-P12).
+
+    P1 cancelled? → P2 breaker open? → P3 tool_start → P4 find tool → P5 schema (with
+    coercion) → P6 validate → P7 preview → P8 gate → P9/P10 execute with progress,
+    through the middleware chain → P11 tool_end, breaker accounting.
+
+Every step may end the call early, and an early end is a result, never an exception:
+``run`` always returns a ToolResult and always emits exactly one ``tool_start`` and
+one ``tool_end`` for the call (P12).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from toolpool.arguments import ArgumentCheck
+from toolpool.cancel import CancelToken
+from toolpool.coordinator.executor import ExecutionRequest, Executor
+from toolpool.coordinator.gate import Gate, GateDecision, GateRequest
+from toolpool.coordinator.middleware import Middleware, build_chain
+from toolpool.coordinator.session import Session
+from toolpool.models import (
+    ErrorCode,
+    Event,
+    TextBlock,
+    ToolCall,
+    ToolEnd,
+    ToolResult,
+    ToolStart,
+    ToolUpdate,
+    UpdateKind,
+)
+from toolpool.outcomes import cancelled_result, result_from_exception
+from toolpool.registry import ToolRegistry, ToolSpec
+
+EventSink = Callable[[Event], None]
+T = TypeVar("T")
+
+
+class _Progress:
+    """P9: progress reports of one call become its tool_update events — until the
+    call's tool_end, after which late reports are dropped (no orphan events, P12)."""
+
+    __slots__ = ("_call", "_emit", "open")
+
+    def __init__(self, call: ToolCall, emit: EventSink) -> None:
+        self._call = call
+        self._emit = emit
+        self.open = True
+
+    def __call__(self, data: Any) -> None:
+        if self.open:
+            self._emit(ToolUpdate(self._call.id, self._call.name, UpdateKind.PROGRESS, data))
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A call past P3: its tool_start is out, its tool_end is owed (P12)."""
+
+    call: ToolCall
+    spec: ToolSpec | None
+    session: Session
+    emit: EventSink
+    token: CancelToken
+    progress: _Progress
+    gate: Gate | None
+
+
+class Pipeline:
+    """Runs single calls through P1-P12 for the tools of ``registry``."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        executor: Executor,
+        *,
+        gate: Gate | None = None,
+        middlewares: Sequence[Middleware] = (),
+    ) -> None:
+        self.registry = registry
+        self.gate = gate
+        self._execute = build_chain(middlewares, executor.execute)
+
+    async def run(
+        self,
+        call: ToolCall,
+        session: Session,
+        emit: EventSink,
+        token: CancelToken,
+        *,
+        gate: Gate | None = None,
+    ) -> ToolResult:
+        """Take one call through the pipeline; ``gate`` overrides the pipeline's gate."""
+        begun = self.begin(call, session, emit, token, gate=gate)
+        return begun if isinstance(begun, ToolResult) else await self.complete(begun)
+
+    def begin(
+        self,
+        call: ToolCall,
+        session: Session,
+        emit: EventSink,
+        token: CancelToken,
+        *,
+        gate: Gate | None = None,
+    ) -> ToolResult | InFlight:
+        """P1-P3, synchronously: the call's result when a guard ended it, otherwise the
+        call in flight, its ``tool_start`` emitted, for ``complete``.
+
+        The scheduler calls this at the moment it starts a call, so that tool_start
+        events are in turn order whatever happens next (S2).
+        """
+        if token.requested:  # P1
+            return self.end_unstarted(call, session, emit, cancelled_result(call, token.source))
+        if session.breaker.is_open(call.name):  # P2
+            failures = session.breaker.failures(call.name)
+            message = (
+                f'Tool "{call.name}" is disabled after {failures} consecutive errors. '
+                "Try a different approach or another tool."
+            )
+            result = ToolResult.error(call, ErrorCode.BREAKER_OPEN, message)
+            return self.end_unstarted(call, session, emit, result)
+
+        spec = self.registry.get(call.name)
+        label = spec.label() if spec else call.name
+        activity = spec.activity(call.arguments) if spec else None
+        emit(ToolStart(call.id, call.name, call.arguments, label, activity))  # P3
+        return InFlight(call, spec, session, emit, token, _Progress(call, emit), gate or self.gate)
+
+    async def complete(self, flight: InFlight) -> ToolResult:
+        """P4-P11 for a call that ``begin`` let through."""
+        try:
+            result = await self._started(flight)
+        finally:
+            flight.progress.open = False
+        return self._end(flight.session, flight.emit, result)
+
+    def end_unstarted(
+        self, call: ToolCall, session: Session, emit: EventSink, result: ToolResult
+    ) -> ToolResult:
+        """End a call that never entered the pipeline proper (P1, P2, S4, S5): a
+        tool_start and a tool_end all the same (P12), nothing else."""
+        spec = self.registry.get(call.name)
+        emit(ToolStart(call.id, call.name, call.arguments, spec.label() if spec else call.name))
+        return self._end(session, emit, result)
+
+    @staticmethod
+    def _end(session: Session, emit: EventSink, result: ToolResult) -> ToolResult:
+        emit(ToolEnd(result.call_id, result.tool_name, result))  # P11
+        session.breaker.record(result)
+        return result
+
+    async def _started(self, flight: InFlight) -> ToolResult:
+        call, spec, session, emit, token = (
+            flight.call,
+            flight.spec,
+            flight.session,
+            flight.emit,
+            flight.token,
+        )
+        if spec is None:  # P4
+            known = ", ".join(sorted(self.registry.names())) or "none"
+            return ToolResult.error(
+                call,
+                ErrorCode.TOOL_NOT_FOUND,
+                f'tool "{call.name}" not found. Available tools: {known}.',
+            )
+
+        check = spec.checker.check(call.arguments)  # P5
+        if not check.ok:
+            return _invalid_arguments(call, check)
+        call = dataclasses.replace(call, arguments=check.arguments)
+        ctx = session.context(call, token, flight.progress)
+
+        try:  # P6
+            verdict = await spec.validate(call.arguments, ctx)
+        except Exception as exc:
+            result = _failed_as(call, exc, ErrorCode.VALIDATION_FAILED)
+            return _noted(result, check)
+        if not verdict.ok:
+            message = verdict.message or f'arguments for "{call.name}" failed validation'
+            result = ToolResult.error(
+                call, ErrorCode.VALIDATION_FAILED, message, {"validation_code": verdict.code}
+            )
+            return _noted(result, check)
+
+        try:  # P7
+            preview = await spec.preview(call.arguments, ctx)
+        except Exception as exc:
+            return _noted(_failed_as(call, exc, ErrorCode.PREVIEW_FAILED), check)
+        if preview is not None:
+            emit(ToolUpdate(call.id, call.name, UpdateKind.PREVIEW, preview))
+
+        if flight.gate is not None:  # P8
+            request = GateRequest(spec, call, spec.label(), preview, session.id)
+            decided = await _unless_cancelled(_ask(flight.gate, request), token)
+            if decided is None:
+                return cancelled_result(call, token.source)
+            if not decided.allowed:
+                reason = decided.reason or f'The user did not allow "{call.name}".'
+                return ToolResult.error(call, ErrorCode.DENIED, reason)
+
+        if token.requested:
+            return cancelled_result(call, token.source)
+        try:  # P9, P10
+            result = await self._execute(ExecutionRequest(spec, call, ctx))
+        except Exception as exc:  # a middleware or executor broke its contract
+            result = result_from_exception(call, exc)
+        return _noted(result, check)
+
+
+async def _ask(gate: Gate, request: GateRequest) -> GateDecision:
+    """Ask the gate; no decision allows, an exception denies with its text."""
+    try:
+        decision = await gate(request)
+    except Exception as exc:
+        return GateDecision.deny(str(exc) or f"the approval gate failed ({type(exc).__name__})")
+    return GateDecision.allow() if decision is None else decision
+
+
+async def _unless_cancelled(work: Awaitable[T], token: CancelToken) -> T | None:
+    """``work``'s value, or None when the token fires first (work is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(token.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+def _failed_as(call: ToolCall, exc: Exception, code: ErrorCode) -> ToolResult:
+    """A tool's validate or preview raised: an error result under that step's code."""
+    return dataclasses.replace(result_from_exception(call, exc), error_code=code)
+
+
+def _invalid_arguments(call: ToolCall, check: ArgumentCheck) -> ToolResult:
+    lines = "\n".join(f"- {p}" for p in check.problems)
+    message = f'Invalid arguments for tool "{call.name}":\n{lines}'
+    details: dict[str, Any] = {"problems": list(check.problems)}
+    if check.coercions:
+        details["coerced"] = [c.to_dict() for c in check.coercions]
+    return ToolResult.error(call, ErrorCode.INVALID_ARGUMENTS, message, details)
+
+
+def _noted(result: ToolResult, check: ArgumentCheck) -> ToolResult:
+    """P5: when arguments were coerced, say so — in the details for programs and in a
+    last text block for the model, so that it learns to send typed values."""
+    if not check.coercions:
+        return result
+    fields = ", ".join(f"{c.path} → {c.to_type}" for c in check.coercions)
+    note = (
+        f"[toolpool] Some arguments were strings and were converted: {fields}. "
+        "Send JSON numbers, booleans, arrays and objects, not strings."
+    )
+    content = result.content
+    # Appended to the last text so a plain-text result stays plain text (M1).
+    if content and isinstance(content[-1], TextBlock):
+        content = (*content[:-1], TextBlock(f"{content[-1].text}\n\n{note}".lstrip()))
+    else:
+        content = (*content, TextBlock(note))
+    details = {**result.details, "coerced": [c.to_dict() for c in check.coercions]}
+    return dataclasses.replace(result, content=content, details=details)

@@ -1,0 +1,113 @@
+"""The coordinator: tools, sessions, pipeline and scheduler put together (SPEC D1).
+
+    coordinator = Coordinator([read, edit], executor=InProcessExecutor())
+    session = coordinator.open_session("/path/to/workspace")
+    turn = coordinator.submit(session, calls, on_event=print)
+    results = await turn
+
+The daemon wraps one of these; tests and embedders use it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolpool.coordinator.executor import Executor
+from toolpool.coordinator.gate import Gate
+from toolpool.coordinator.inprocess import InProcessExecutor
+from toolpool.coordinator.middleware import Middleware
+from toolpool.coordinator.pipeline import EventSink, Pipeline
+from toolpool.coordinator.session import Session
+from toolpool.coordinator.turn import Turn
+from toolpool.models import Event, ToolCall, ToolResult
+from toolpool.registry import ToolRegistry
+
+# Claude Code's default: enough to fan out a model's usual burst of reads and greps.
+DEFAULT_MAX_TOOL_CONCURRENCY = 10
+DEFAULT_MAX_TOOL_ERRORS = 3
+
+
+def _discard(_: Event) -> None:
+    pass
+
+
+class Coordinator:
+    """Owns the tool registry, the sessions and how their turns are run."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry | Iterable[Any],
+        *,
+        executor: Executor | None = None,
+        gate: Gate | None = None,
+        middlewares: Sequence[Middleware] = (),
+        max_tool_concurrency: int = DEFAULT_MAX_TOOL_CONCURRENCY,
+        max_tool_errors: int = DEFAULT_MAX_TOOL_ERRORS,
+    ) -> None:
+        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.executor = executor or InProcessExecutor()
+        self.pipeline = Pipeline(self.registry, self.executor, gate=gate, middlewares=middlewares)
+        self.max_tool_concurrency = max_tool_concurrency
+        self.max_tool_errors = max_tool_errors
+        self.sessions: dict[str, Session] = {}
+
+    def open_session(
+        self,
+        workspace: str | Path,
+        *,
+        session_id: str | None = None,
+        extra_roots: Iterable[str | Path] = (),
+        allow_network: bool = False,
+        max_tool_errors: int | None = None,
+    ) -> Session:
+        session = Session(
+            workspace,
+            session_id=session_id,
+            extra_roots=extra_roots,
+            allow_network=allow_network,
+            max_tool_errors=self.max_tool_errors if max_tool_errors is None else max_tool_errors,
+        )
+        if session.id in self.sessions:
+            raise ValueError(f"session {session.id} is already open")
+        self.sessions[session.id] = session
+        return session
+
+    def close_session(self, session: Session | str) -> None:
+        self.sessions.pop(session if isinstance(session, str) else session.id, None)
+
+    def submit(
+        self,
+        session: Session,
+        calls: Sequence[ToolCall],
+        *,
+        on_event: EventSink | None = None,
+        gate: Gate | None = None,
+        max_tool_concurrency: int | None = None,
+        turn_id: str | None = None,
+    ) -> Turn:
+        """Start a turn (it waits for the session's previous turn) and return it."""
+        turn = Turn(
+            calls,
+            session=session,
+            pipeline=self.pipeline,
+            max_tool_concurrency=(
+                self.max_tool_concurrency if max_tool_concurrency is None else max_tool_concurrency
+            ),
+            emit=on_event or _discard,
+            gate=gate,
+            turn_id=turn_id,
+        )
+        return turn.start()
+
+    async def run_turn(
+        self, session: Session, calls: Sequence[ToolCall], *, on_event: EventSink | None = None
+    ) -> tuple[ToolResult, ...]:
+        return await self.submit(session, calls, on_event=on_event)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Coordinator {len(self.registry)} tools, {len(self.sessions)} sessions, "
+            f"max_tool_concurrency={self.max_tool_concurrency}>"
+        )

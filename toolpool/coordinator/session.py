@@ -1,0 +1,84 @@
+"""A session: one agent conversation's state (SPEC F2, P2, vocabulary).
+
+It owns the workspace, the file-read register and the breaker's counts. Its turns
+run one after another: a turn holds ``turn_lock`` from its first call to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolpool.cancel import CancelToken
+from toolpool.coordinator.breaker import Breaker
+from toolpool.file_reads import FileReadRegister
+from toolpool.models import ToolCall
+from toolpool.tool import ToolContext
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatistics:
+    id: str
+    workspace: str
+    files_read: int
+    breaker_failures: dict[str, int]
+    turn_running: bool
+
+
+class Session:
+    def __init__(
+        self,
+        workspace: str | Path,
+        *,
+        session_id: str | None = None,
+        extra_roots: Iterable[str | Path] = (),
+        allow_network: bool = False,
+        max_tool_errors: int = 3,
+    ) -> None:
+        root = Path(workspace).resolve()
+        if not root.is_dir():
+            raise NotADirectoryError(f"workspace {root} is not a directory")
+        self.id = session_id or uuid.uuid4().hex[:12]
+        self.workspace = root
+        self.extra_roots = tuple(Path(r).resolve() for r in extra_roots)
+        self.allow_network = allow_network
+        self.breaker = Breaker(max_tool_errors)
+        self.files = FileReadRegister()
+        self.turn_lock = asyncio.Lock()
+
+    def context(
+        self,
+        call: ToolCall,
+        cancel_token: CancelToken,
+        progress: Callable[[Any], None] | None = None,
+    ) -> ToolContext:
+        """The context a tool of this session sees for ``call``."""
+        ctx = ToolContext(
+            call_id=call.id,
+            tool_name=call.name,
+            session_id=self.id,
+            workspace=self.workspace,
+            files=self.files,
+            extra_roots=self.extra_roots,
+            allow_network=self.allow_network,
+            cancel_token=cancel_token,
+        )
+        if progress is not None:
+            ctx.progress = progress
+        return ctx
+
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            id=self.id,
+            workspace=str(self.workspace),
+            files_read=len(self.files),
+            breaker_failures=self.breaker.statistics().failures,
+            turn_running=self.turn_lock.locked(),
+        )
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id} {self.workspace} {self.files!r} {self.breaker!r}>"

@@ -1,0 +1,233 @@
+"""One turn: its calls run through the pipeline by the scheduler's rules (SPEC S, M).
+
+The scheduler decides (turn order, safe fan-out, unsafe alone, what an interrupt or
+abort stops); this module carries its decisions out with asyncio tasks, then turns
+the results into tool messages (M1, M2) and ends with one ``turn_end`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from toolpool.cancel import CancelSource, CancelToken
+from toolpool.coordinator.gate import Gate
+from toolpool.coordinator.pipeline import EventSink, Pipeline
+from toolpool.coordinator.scheduler import StopPlan, TurnScheduler
+from toolpool.coordinator.session import Session
+from toolpool.models import (
+    Event,
+    MessageEnd,
+    MessageStart,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    TurnEnd,
+)
+from toolpool.outcomes import never_started_result
+from toolpool.tool import InterruptBehavior
+
+log = logging.getLogger(__name__)
+
+
+class TurnState(Enum):
+    WAITING = "waiting"  # for the session's previous turn to end
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """How the scheduler treats one call, decided once when the turn starts."""
+
+    safe: bool
+    cancel_on_interrupt: bool
+
+
+def _guarded(emit: EventSink) -> EventSink:
+    """An event sink whose failures are logged, never raised into the turn: a broken
+    listener must not leave calls without their end events."""
+
+    def guarded(event: Event) -> None:
+        try:
+            emit(event)
+        except Exception:
+            log.exception("event listener failed on %s", event.type.value)
+
+    return guarded
+
+
+class Turn:
+    """A submitted turn. Await it (or ``results()``) for the results in call order.
+
+    ``interrupt()`` and ``abort()`` may be called at any time from the event loop's
+    thread, also before the turn has started or after it ended (then they do nothing).
+    """
+
+    def __init__(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        session: Session,
+        pipeline: Pipeline,
+        max_tool_concurrency: int,
+        emit: EventSink,
+        gate: Gate | None = None,
+        turn_id: str | None = None,
+    ) -> None:
+        ids = [c.id for c in calls]
+        if len(set(ids)) != len(ids):
+            raise ValueError("call ids within a turn must be unique")
+        self.id = turn_id or uuid.uuid4().hex[:12]
+        self.calls = tuple(calls)
+        self.session = session
+        self._pipeline = pipeline
+        self._max = max_tool_concurrency
+        self._emit = _guarded(emit)
+        self._gate = gate
+        self.state = TurnState.WAITING
+        self._stop_requested: CancelSource | None = None  # a stop asked before the start
+        self._scheduler: TurnScheduler | None = None
+        self._tokens = [CancelToken() for _ in self.calls]
+        self._results: list[ToolResult | None] = [None] * len(self.calls)
+        self._task: asyncio.Task[tuple[ToolResult, ...]] | None = None
+
+    # -- control -------------------------------------------------------------------
+
+    def start(self) -> Turn:
+        """Schedule the turn on the running loop; it waits for the session's turn lock."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def interrupt(self) -> None:
+        """S4: the user sent a new message — steering."""
+        self._stop(CancelSource.INTERRUPT)
+
+    def abort(self) -> None:
+        """S5: the whole run is cancelled."""
+        self._stop(CancelSource.ABORT)
+
+    def _stop(self, source: CancelSource) -> None:
+        if self.state is TurnState.DONE:
+            return
+        if self._scheduler is None:
+            # Not started yet: remember the strongest request (abort beats interrupt).
+            if self._stop_requested is not CancelSource.ABORT:
+                self._stop_requested = source
+            return
+        plan = (
+            self._scheduler.interrupt()
+            if source is CancelSource.INTERRUPT
+            else self._scheduler.abort()
+        )
+        self._carry_out(plan, source)
+
+    def _carry_out(self, plan: StopPlan, source: CancelSource) -> None:
+        for i in plan.cancel:
+            self._tokens[i].cancel(source)
+        for i in plan.never_started:
+            call = self.calls[i]
+            result = never_started_result(call, source)
+            self._results[i] = self._pipeline.end_unstarted(call, self.session, self._emit, result)
+
+    async def results(self) -> tuple[ToolResult, ...]:
+        """Wait for the turn to end; the results in the turn's call order (S6)."""
+        task = self.start()._task
+        assert task is not None
+        return await asyncio.shield(task)
+
+    def __await__(self) -> Generator[Any, None, tuple[ToolResult, ...]]:
+        return self.results().__await__()
+
+    # -- running -------------------------------------------------------------------
+
+    def _plan(self, call: ToolCall) -> CallPlan:
+        spec = self._pipeline.registry.get(call.name)
+        if spec is None:
+            # An unknown tool ends at P4 without running anything: nothing to protect.
+            return CallPlan(safe=True, cancel_on_interrupt=True)
+        # Capabilities judge the arguments as the tool will see them (coerced, P5).
+        args, _ = spec.checker.coerce(call.arguments)
+        return CallPlan(
+            safe=spec.concurrency_safe(args),
+            cancel_on_interrupt=spec.interrupt_behavior(args) is InterruptBehavior.CANCEL,
+        )
+
+    async def _run(self) -> tuple[ToolResult, ...]:
+        async with self.session.turn_lock:  # a session's turns run one after another
+            self.state = TurnState.RUNNING
+            plans = [self._plan(c) for c in self.calls]
+            self._scheduler = TurnScheduler(
+                [p.safe for p in plans], [p.cancel_on_interrupt for p in plans], self._max
+            )
+            if self._stop_requested is not None:
+                self._stop(self._stop_requested)
+            cancelled_from_outside = await self._run_calls(self._scheduler)
+            results = tuple(r for r in self._results if r is not None)
+            assert len(results) == len(self.calls)
+            for result in results:  # M1, M2
+                message = ToolMessage.from_result(result)
+                self._emit(MessageStart(message))
+                self._emit(MessageEnd(message))
+            self.state = TurnState.DONE
+            self._emit(TurnEnd(results))
+            if cancelled_from_outside:
+                raise asyncio.CancelledError
+            return results
+
+    async def _run_calls(self, scheduler: TurnScheduler) -> bool:
+        """Run every call to its end; True when our own task was cancelled meanwhile."""
+        running: dict[asyncio.Task[ToolResult], int] = {}
+        cancelled_from_outside = False
+        while True:
+            self._start_ready(scheduler, running)
+            if not running:
+                break
+            try:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                # Our own task was cancelled (shutdown): abort, so that every call
+                # still ends with its events; the cancellation goes on after turn_end.
+                cancelled_from_outside = True
+                self.abort()
+                continue
+            for task in done:
+                i = running.pop(task)
+                self._results[i] = task.result()
+                scheduler.finish(i)
+        return cancelled_from_outside
+
+    def _start_ready(
+        self, scheduler: TurnScheduler, running: dict[asyncio.Task[ToolResult], int]
+    ) -> None:
+        """Start what the scheduler allows. A call that a guard ends at once (P1, P2)
+        frees its place at once, so ask again until nothing more starts."""
+        while started := scheduler.start_ready():
+            for i in started:
+                begun = self._pipeline.begin(
+                    self.calls[i], self.session, self._emit, self._tokens[i], gate=self._gate
+                )
+                if isinstance(begun, ToolResult):
+                    self._results[i] = begun
+                    scheduler.finish(i)
+                else:
+                    running[asyncio.ensure_future(self._pipeline.complete(begun))] = i
+
+    def statistics(self) -> dict[str, Any]:
+        scheduler = self._scheduler.statistics() if self._scheduler else None
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "calls": len(self.calls),
+            "scheduler": scheduler,
+        }
+
+    def __repr__(self) -> str:
+        inner = repr(self._scheduler) if self._scheduler else f"{len(self.calls)} calls"
+        return f"<Turn {self.id} {self.state.value} {inner}>"

@@ -1,0 +1,30 @@
+"""Exceptions raised by toolpool. One base class; families named by cause.
+
+A tool's failure is never an exception to toolpool's caller: the pipeline turns it
+into a ToolResult with ``is_error``. These exceptions are for programming errors
+(a tool that breaks the contract) and for tools that want to fail cleanly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ToolpoolError(Exception):
+    """Base class of every exception toolpool raises on purpose."""
+
+
+class ToolDefinitionError(ToolpoolError):
+    """A tool does not meet the contract (SPEC T1) or its schema is not valid."""
+
+
+class ToolError(ToolpoolError):
+    """Raise inside a tool to fail with a message for the model and no traceback.
+
+    ``details`` are copied into the error result's details.
+    """
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}

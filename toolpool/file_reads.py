@@ -1,0 +1,159 @@
+"""The session's file-read register (SPEC F2) and the read-before-write check (F3).
+
+``read`` records a stamp for every file it reads; ``edit`` and ``write`` ask the
+register whether the file was read in full and has not changed since. One register
+per session, shared by read, edit and write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from toolpool.tool import ValidationResult
+
+# F3's refusal codes, as the seed names them.
+CODE_NOT_READ = 2
+CODE_STALE = 3
+
+
+def content_hash(data: bytes) -> str:
+    """The register's content token: a BLAKE2b digest (fast, and collisions are moot)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class FileReadStamp:
+    """What the session knew of a file when it read it (F2)."""
+
+    read_at: float
+    mtime_ns: int
+    size: int
+    content_hash: str
+    partial: bool
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], data: bytes, *, partial: bool) -> FileReadStamp:
+        """Stamp ``path`` whose full content is ``data``, read just now."""
+        st = os.stat(path)
+        return cls(time.time(), st.st_mtime_ns, st.st_size, content_hash(data), partial)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "read_at": self.read_at,
+            "mtime_ns": self.mtime_ns,
+            "size": self.size,
+            "content_hash": self.content_hash,
+            "partial": self.partial,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FileReadStamp:
+        return cls(
+            read_at=float(data["read_at"]),
+            mtime_ns=int(data["mtime_ns"]),
+            size=int(data["size"]),
+            content_hash=str(data["content_hash"]),
+            partial=bool(data["partial"]),
+        )
+
+
+class Freshness(Enum):
+    """Where a file stands with respect to the register."""
+
+    NEVER_READ = "never read"
+    PARTIAL = "only partly read"
+    CHANGED = "changed since it was read"
+    FRESH = "read and unchanged"
+
+
+class FileReadRegister:
+    """Path → stamp, safe to use from several threads. Keys are resolved paths."""
+
+    def __init__(self) -> None:
+        self._stamps: dict[str, FileReadStamp] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(path: str | os.PathLike[str]) -> str:
+        return os.path.realpath(path)
+
+    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> None:
+        with self._lock:
+            self._stamps[self.key(path)] = stamp
+
+    def get(self, path: str | os.PathLike[str]) -> FileReadStamp | None:
+        with self._lock:
+            return self._stamps.get(self.key(path))
+
+    def forget(self, path: str | os.PathLike[str]) -> None:
+        with self._lock:
+            self._stamps.pop(self.key(path), None)
+
+    def freshness(self, path: str | os.PathLike[str]) -> Freshness:
+        """Compare the file on disk with its stamp. Cheap: a stat, and a hash only
+        when the mtime or size moved (a file touched but unchanged is still fresh)."""
+        stamp = self.get(path)
+        if stamp is None:
+            return Freshness.NEVER_READ
+        if stamp.partial:
+            return Freshness.PARTIAL
+        try:
+            st = os.stat(path)
+            if st.st_mtime_ns == stamp.mtime_ns and st.st_size == stamp.size:
+                return Freshness.FRESH
+            if st.st_size != stamp.size:
+                return Freshness.CHANGED
+            data = Path(path).read_bytes()
+        except OSError:
+            return Freshness.CHANGED  # deleted or unreadable since the read
+        return Freshness.FRESH if content_hash(data) == stamp.content_hash else Freshness.CHANGED
+
+    def check_before_write(self, path: str | os.PathLike[str]) -> ValidationResult:
+        """F3: the check edit and write run in ``validate``.
+
+        A file that does not exist needs no read. Otherwise: never or partly read →
+        code 2; changed since → code 3; read and unchanged → passes.
+        """
+        if not os.path.lexists(path):
+            return ValidationResult.passed()
+        match self.freshness(path):
+            case Freshness.FRESH:
+                return ValidationResult.passed()
+            case Freshness.NEVER_READ:
+                return ValidationResult.failed(
+                    f"File {path} has not been read yet. Read it first before writing to it.",
+                    CODE_NOT_READ,
+                )
+            case Freshness.PARTIAL:
+                return ValidationResult.failed(
+                    f"File {path} was only partly read (offset/limit). Read the whole file "
+                    "before writing to it.",
+                    CODE_NOT_READ,
+                )
+            case Freshness.CHANGED:
+                return ValidationResult.failed(
+                    f"File {path} has been modified since it was read, either by the user "
+                    "or by a linter. Read it again before writing to it.",
+                    CODE_STALE,
+                )
+
+    def __iter__(self) -> Iterator[tuple[str, FileReadStamp]]:
+        with self._lock:
+            return iter(list(self._stamps.items()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._stamps)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            partial = sum(s.partial for s in self._stamps.values())
+            return f"<FileReadRegister {len(self._stamps)} files ({partial} partial)>"

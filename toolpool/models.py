@@ -1,0 +1,339 @@
+"""The data model: tool calls, results, content blocks and the events of a turn.
+
+Everything here is a frozen dataclass that turns into a plain dict (``to_dict``) and
+back (``from_dict``), so it can cross ZeroMQ as msgpack. This module depends on
+nothing else in toolpool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, TypeAlias
+
+JSONObject: TypeAlias = dict[str, Any]
+
+
+# --- content blocks ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    """A piece of text in a result."""
+
+    text: str
+
+    def to_dict(self) -> JSONObject:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBlock:
+    """An image in a result: base64 data and its media type (``image/png`` …)."""
+
+    data: str
+    media_type: str
+
+    def to_dict(self) -> JSONObject:
+        return {"type": "image", "data": self.data, "media_type": self.media_type}
+
+
+ContentBlock: TypeAlias = TextBlock | ImageBlock
+
+
+def content_block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
+    """Rebuild a content block from its dict form; raises ValueError on an unknown type."""
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(str(data["text"]))
+    if kind == "image":
+        return ImageBlock(data=str(data["data"]), media_type=str(data["media_type"]))
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+# --- calls and results ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for: its id, the tool's name and the arguments."""
+
+    id: str
+    name: str
+    arguments: JSONObject = field(default_factory=dict)
+
+    def to_dict(self) -> JSONObject:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        arguments = data.get("arguments", {})
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=arguments)
+
+
+class ErrorCode(StrEnum):
+    """Why a result is an error. The breaker decides from this code (see breaker.py)."""
+
+    CANCELLED = "cancelled"  # P1, S5: the run was aborted
+    INTERRUPTED = "interrupted"  # S4: cancelled in flight by a queued user message
+    SKIPPED = "skipped"  # S4: never started because of a queued user message
+    BREAKER_OPEN = "breaker_open"  # P2
+    TOOL_NOT_FOUND = "tool_not_found"  # P4
+    INVALID_ARGUMENTS = "invalid_arguments"  # P5
+    VALIDATION_FAILED = "validation_failed"  # P6
+    PREVIEW_FAILED = "preview_failed"  # P7: the tool's own preview raised
+    DENIED = "denied"  # P8
+    EXECUTION_FAILED = "execution_failed"  # P10
+    WORKER_LOST = "worker_lost"  # D2: the worker died, hung or hit a limit mid-call
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The outcome of one call, error or not, as the model will see it.
+
+    ``details`` carries machine-readable extras (coerced fields, validation code,
+    resource usage…) that clients may show; the model sees ``content``.
+    """
+
+    call_id: str
+    tool_name: str
+    content: tuple[ContentBlock, ...]
+    is_error: bool = False
+    error_code: ErrorCode | None = None
+    details: JSONObject = field(default_factory=dict)
+
+    @classmethod
+    def error(
+        cls,
+        call: ToolCall,
+        code: ErrorCode,
+        message: str,
+        details: JSONObject | None = None,
+    ) -> ToolResult:
+        return cls(
+            call_id=call.id,
+            tool_name=call.name,
+            content=(TextBlock(message),),
+            is_error=True,
+            error_code=code,
+            details=details or {},
+        )
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined by newlines (images left out)."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "content": [b.to_dict() for b in self.content],
+            "is_error": self.is_error,
+            "error_code": None if self.error_code is None else self.error_code.value,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+        code = data.get("error_code")
+        return cls(
+            call_id=str(data["call_id"]),
+            tool_name=str(data["tool_name"]),
+            content=tuple(content_block_from_dict(b) for b in data.get("content", ())),
+            is_error=bool(data.get("is_error", False)),
+            error_code=None if code is None else ErrorCode(code),
+            details=dict(data.get("details") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMessage:
+    """M1: a result as one tool-role message for the model's context.
+
+    Plain text results carry a string; rich results (images, several blocks) carry
+    the content blocks.
+    """
+
+    tool_call_id: str
+    content: str | tuple[ContentBlock, ...]
+    is_error: bool = False
+    role: Literal["tool"] = "tool"
+
+    @classmethod
+    def from_result(cls, result: ToolResult) -> ToolMessage:
+        blocks = result.content
+        if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
+            return cls(result.call_id, blocks[0].text, result.is_error)
+        if not blocks:
+            return cls(result.call_id, "", result.is_error)
+        return cls(result.call_id, blocks, result.is_error)
+
+    def to_dict(self) -> JSONObject:
+        content: Any = (
+            self.content if isinstance(self.content, str) else [b.to_dict() for b in self.content]
+        )
+        return {
+            "role": self.role,
+            "tool_call_id": self.tool_call_id,
+            "content": content,
+            "is_error": self.is_error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolMessage:
+        raw = data["content"]
+        content: str | tuple[ContentBlock, ...] = (
+            raw if isinstance(raw, str) else tuple(content_block_from_dict(b) for b in raw)
+        )
+        return cls(str(data["tool_call_id"]), content, bool(data.get("is_error", False)))
+
+
+# --- events -----------------------------------------------------------------------
+
+
+class EventType(StrEnum):
+    TOOL_START = "tool_start"
+    TOOL_UPDATE = "tool_update"
+    TOOL_END = "tool_end"
+    MESSAGE_START = "message_start"
+    MESSAGE_END = "message_end"
+    TURN_END = "turn_end"
+
+
+class UpdateKind(StrEnum):
+    PREVIEW = "preview"  # P7: computed before the gate, e.g. a unified diff
+    PROGRESS = "progress"  # P9: reported by the running tool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStart:
+    """P3: a call entered the pipeline. ``arguments`` are the model's, uncoerced."""
+
+    type: ClassVar[EventType] = EventType.TOOL_START
+    call_id: str
+    tool_name: str
+    arguments: JSONObject
+    label: str
+    activity: str | None = None
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "type": self.type.value,
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "label": self.label,
+            "activity": self.activity,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUpdate:
+    """P7/P9: a preview or a progress report of a call that has started."""
+
+    type: ClassVar[EventType] = EventType.TOOL_UPDATE
+    call_id: str
+    tool_name: str
+    kind: UpdateKind
+    data: Any
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "type": self.type.value,
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "kind": self.kind.value,
+            "data": self.data,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEnd:
+    """P11: a call is over; exactly one per ToolStart (P12)."""
+
+    type: ClassVar[EventType] = EventType.TOOL_END
+    call_id: str
+    tool_name: str
+    result: ToolResult
+
+    def to_dict(self) -> JSONObject:
+        return {
+            "type": self.type.value,
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "result": self.result.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStart:
+    """M2: a tool-role message is about to be added to the model's context."""
+
+    type: ClassVar[EventType] = EventType.MESSAGE_START
+    message: ToolMessage
+
+    def to_dict(self) -> JSONObject:
+        return {"type": self.type.value, "message": self.message.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEnd:
+    """M2: the tool-role message is complete."""
+
+    type: ClassVar[EventType] = EventType.MESSAGE_END
+    message: ToolMessage
+
+    def to_dict(self) -> JSONObject:
+        return {"type": self.type.value, "message": self.message.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    """M2: the turn is over; carries every result in the turn's call order (S6)."""
+
+    type: ClassVar[EventType] = EventType.TURN_END
+    results: tuple[ToolResult, ...]
+
+    def to_dict(self) -> JSONObject:
+        return {"type": self.type.value, "results": [r.to_dict() for r in self.results]}
+
+
+Event: TypeAlias = ToolStart | ToolUpdate | ToolEnd | MessageStart | MessageEnd | TurnEnd
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    """Rebuild an event from its dict form; raises ValueError on an unknown type."""
+    try:
+        kind = EventType(data["type"])
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"unknown event type {data.get('type')!r}") from exc
+    match kind:
+        case EventType.TOOL_START:
+            return ToolStart(
+                call_id=str(data["call_id"]),
+                tool_name=str(data["tool_name"]),
+                arguments=dict(data["arguments"]),
+                label=str(data["label"]),
+                activity=data.get("activity"),
+            )
+        case EventType.TOOL_UPDATE:
+            return ToolUpdate(
+                call_id=str(data["call_id"]),
+                tool_name=str(data["tool_name"]),
+                kind=UpdateKind(data["kind"]),
+                data=data.get("data"),
+            )
+        case EventType.TOOL_END:
+            return ToolEnd(
+                call_id=str(data["call_id"]),
+                tool_name=str(data["tool_name"]),
+                result=ToolResult.from_dict(data["result"]),
+            )
+        case EventType.MESSAGE_START:
+            return MessageStart(ToolMessage.from_dict(data["message"]))
+        case EventType.MESSAGE_END:
+            return MessageEnd(ToolMessage.from_dict(data["message"]))
+        case EventType.TURN_END:
+            return TurnEnd(tuple(ToolResult.from_dict(r) for r in data["results"]))

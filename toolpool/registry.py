@@ -1,0 +1,254 @@
+"""Tools by name, with their capabilities resolved once (SPEC T1, T2, T5).
+
+``ToolSpec`` is how the rest of toolpool sees a tool: it checks the four required
+parts, compiles the argument schema, detects each optional capability with
+``isinstance`` and applies the defaults of SPEC T2 for what is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from toolpool.arguments import ArgumentChecker
+from toolpool.errors import ToolDefinitionError
+from toolpool.tool import (
+    ActivityDescriber,
+    Arguments,
+    ConcurrencySafeTool,
+    ContentTool,
+    InterruptBehavior,
+    InterruptBehaviorTool,
+    Labeler,
+    PermissionMetadataTool,
+    Previewer,
+    ReadOnlyTool,
+    Tool,
+    ToolContext,
+    ValidationResult,
+    Validator,
+)
+
+# The names every provider accepts (OpenAI, Anthropic and Gemini agree on this set).
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class ToolSpec:
+    """One tool with its capabilities resolved, and the defaults of T2 applied.
+
+    The ``read_only``, ``concurrency_safe``, ``interrupt_behavior`` and ``activity``
+    answers never raise: a capability that fails answers with the cautious default
+    (not read-only, not safe, block, no activity), because a scheduling decision must
+    not crash a turn.
+    """
+
+    __slots__ = (
+        "_activity",
+        "_concurrency_safe",
+        "_interrupt_behavior",
+        "_label",
+        "_preview",
+        "_read_only",
+        "_validate",
+        "checker",
+        "description",
+        "execute_fn",
+        "is_async",
+        "name",
+        "permissions",
+        "schema",
+        "tool",
+    )
+
+    def __init__(self, tool: Any) -> None:
+        if inspect.isclass(tool) or not isinstance(tool, Tool):
+            missing = [
+                p for p in ("name", "description", "schema", "execute") if not hasattr(tool, p)
+            ]
+            what = "a class, not an instance" if inspect.isclass(tool) else f"missing {missing}"
+            raise ToolDefinitionError(f"{tool!r} is not a tool: {what}")
+        name, description, schema = tool.name, tool.description, tool.schema
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise ToolDefinitionError(
+                f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        if not isinstance(description, str):
+            raise ToolDefinitionError(f"tool {name!r}: description must be a string")
+        try:
+            self.checker = ArgumentChecker(schema)
+        except ToolDefinitionError as exc:
+            raise ToolDefinitionError(f"tool {name!r}: {exc}") from exc
+        self.tool = tool
+        self.name: str = name
+        self.description: str = description
+        self.schema = self.checker.schema
+        self._label: Callable[[], str] | None = tool.label if isinstance(tool, Labeler) else None
+        self._validate = tool.validate if isinstance(tool, Validator) else None
+        self._preview = tool.preview if isinstance(tool, Previewer) else None
+        self._read_only = tool.read_only if isinstance(tool, ReadOnlyTool) else None
+        self._concurrency_safe = (
+            tool.concurrency_safe if isinstance(tool, ConcurrencySafeTool) else None
+        )
+        self._activity = tool.activity if isinstance(tool, ActivityDescriber) else None
+        self._interrupt_behavior = (
+            tool.interrupt_behavior if isinstance(tool, InterruptBehaviorTool) else None
+        )
+        self.permissions: tuple[str, ...] = (
+            tuple(tool.permissions()) if isinstance(tool, PermissionMetadataTool) else ()
+        )
+        self.execute_fn: Callable[[Arguments, ToolContext], Any] = (
+            tool.execute_content if isinstance(tool, ContentTool) else tool.execute
+        )
+        self.is_async = inspect.iscoroutinefunction(self.execute_fn)
+
+    # -- T2 defaults ---------------------------------------------------------------
+
+    def label(self) -> str:
+        if self._label is None:
+            return self.name
+        try:
+            return str(self._label())
+        except Exception:
+            return self.name
+
+    def read_only(self, args: Arguments) -> bool:
+        if self._read_only is None:
+            return False
+        try:
+            return bool(self._read_only(args))
+        except Exception:
+            return False
+
+    def concurrency_safe(self, args: Arguments) -> bool:
+        """S1: concurrency_safe if the tool says, else read_only, else False."""
+        if self._concurrency_safe is None:
+            return self.read_only(args)
+        try:
+            return bool(self._concurrency_safe(args))
+        except Exception:
+            return False
+
+    def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
+        if self._interrupt_behavior is None:
+            return InterruptBehavior.BLOCK
+        try:
+            return InterruptBehavior(self._interrupt_behavior(args))
+        except Exception:
+            return InterruptBehavior.BLOCK
+
+    def activity(self, args: Arguments) -> str | None:
+        if self._activity is None:
+            return None
+        try:
+            text = self._activity(args)
+        except Exception:
+            return None
+        return None if text is None else str(text)
+
+    @property
+    def has_preview(self) -> bool:
+        return self._preview is not None
+
+    async def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
+        """The tool's semantic check; passes when it has none. May raise."""
+        if self._validate is None:
+            return ValidationResult.passed()
+        result = await _maybe_await(self._validate(args, ctx))
+        if not isinstance(result, ValidationResult):
+            raise TypeError(f"validate returned {type(result).__name__}, not ValidationResult")
+        return result
+
+    async def preview(self, args: Arguments, ctx: ToolContext) -> Any:
+        """The tool's preview, or None when it has none. May raise."""
+        if self._preview is None:
+            return None
+        return await _maybe_await(self._preview(args, ctx))
+
+    def definition(self) -> dict[str, Any]:
+        """Name, description and schema: what the model is shown."""
+        return {"name": self.name, "description": self.description, "schema": self.schema}
+
+    def __repr__(self) -> str:
+        return f"<ToolSpec {self.name!r}>"
+
+
+class ToolRegistry:
+    """The tools a coordinator or worker knows, by name."""
+
+    def __init__(self, tools: Iterable[Any] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Any) -> ToolSpec:
+        spec = tool if isinstance(tool, ToolSpec) else ToolSpec(tool)
+        if spec.name in self._specs:
+            raise ToolDefinitionError(f"two tools are named {spec.name!r}")
+        self._specs[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry {len(self._specs)} tools: {', '.join(self._specs)}>"
+
+
+def load_module(ref: str) -> ModuleType:
+    """Import a module by dotted name, or from a ``.py`` file path."""
+    if ref.endswith(".py") or "/" in ref:
+        path = Path(ref).resolve()
+        if not path.is_file():
+            raise ToolDefinitionError(f"no tool module at {path}")
+        name = f"toolpool_user_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ToolDefinitionError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(ref)
+    except ImportError as exc:
+        raise ToolDefinitionError(f"cannot import tool module {ref!r}: {exc}") from exc
+
+
+def tools_in_module(ref: str) -> list[Any]:
+    """T5: the tools a user module offers.
+
+    A module lists them in ``TOOLS``; without that list, every module-level object
+    that meets the contract (instances, not classes) is taken, in definition order.
+    """
+    module = load_module(ref)
+    listed = getattr(module, "TOOLS", None)
+    if listed is not None:
+        return list(listed)
+    return [
+        obj
+        for obj in vars(module).values()
+        if not inspect.isclass(obj) and not inspect.ismodule(obj) and isinstance(obj, Tool)
+    ]

@@ -1,0 +1,1 @@
+"""Sandbox: resource limits and confinement for workers and the processes they start (SPEC D3)."""
