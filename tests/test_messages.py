@@ -110,6 +110,8 @@ def test_events_are_plain_dicts_that_survive_msgpack(event: object) -> None:
 def test_calls_round_trip_and_bad_events_are_refused() -> None:
     call = ToolCall("id", "edit", {"path": "a", "n": [1, {"k": None}]})
     assert ToolCall.from_dict(msgpack.unpackb(msgpack.packb(call.to_dict()))) == call
+    broken = ToolCall("id", "edit", {}, arguments_error="not JSON")
+    assert ToolCall.from_dict(msgpack.unpackb(msgpack.packb(broken.to_dict()))) == broken
     with pytest.raises(ValueError, match="unknown event type"):
         event_from_dict({"type": "nonsense"})
     with pytest.raises(ValueError, match="unknown content block"):

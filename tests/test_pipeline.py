@@ -151,6 +151,19 @@ async def test_P5_invalid_arguments_report_every_problem_and_count(workspace: Pa
 
 
 @pytest.mark.spec("P5")
+async def test_P5_unparseable_arguments_are_an_invalid_arguments_result(workspace: Path) -> None:
+    coordinator, session, probe = make(workspace)
+    call = ToolCall("1", "probe", {}, arguments_error="arguments are not valid JSON: '{\"pa'")
+    result = await run_one(coordinator, session, call)
+    assert result.error_code is ErrorCode.INVALID_ARGUMENTS
+    assert result.text == (
+        'Invalid arguments for tool "probe":\n- arguments are not valid JSON: \'{"pa\''
+    )
+    assert probe.log == []
+    assert session.breaker.failures("probe") == 1
+
+
+@pytest.mark.spec("P5")
 async def test_P5_coerced_arguments_replace_the_call_for_every_later_step(
     workspace: Path,
 ) -> None:

@@ -57,19 +57,33 @@ def content_block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One call the model asked for: its id, the tool's name and the arguments."""
+    """One call the model asked for: its id, the tool's name and the arguments.
+
+    ``arguments_error`` is set when the model's arguments could not even be parsed
+    (an OpenAI call whose JSON is cut off…): the call then ends at P5 with that
+    message, like any other invalid arguments, instead of failing the turn.
+    """
 
     id: str
     name: str
     arguments: JSONObject = field(default_factory=dict)
+    arguments_error: str | None = None
 
     def to_dict(self) -> JSONObject:
-        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+        data: JSONObject = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.arguments_error is not None:
+            data["arguments_error"] = self.arguments_error
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
-        arguments = data.get("arguments", {})
-        return cls(id=str(data["id"]), name=str(data["name"]), arguments=arguments)
+        error = data.get("arguments_error")
+        return cls(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            arguments=data.get("arguments", {}),
+            arguments_error=None if error is None else str(error),
+        )
 
 
 class ErrorCode(StrEnum):

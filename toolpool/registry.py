@@ -24,6 +24,7 @@ from toolpool.tool import (
     Arguments,
     ConcurrencySafeTool,
     ContentTool,
+    FileTool,
     InterruptBehavior,
     InterruptBehaviorTool,
     Labeler,
@@ -56,6 +57,7 @@ class ToolSpec:
     __slots__ = (
         "_activity",
         "_concurrency_safe",
+        "_file_paths",
         "_interrupt_behavior",
         "_label",
         "_preview",
@@ -104,6 +106,7 @@ class ToolSpec:
         self._interrupt_behavior = (
             tool.interrupt_behavior if isinstance(tool, InterruptBehaviorTool) else None
         )
+        self._file_paths = tool.file_paths if isinstance(tool, FileTool) else None
         self.permissions: tuple[str, ...] = (
             tuple(tool.permissions()) if isinstance(tool, PermissionMetadataTool) else ()
         )
@@ -155,6 +158,15 @@ class ToolSpec:
         except Exception:
             return None
         return None if text is None else str(text)
+
+    def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
+        """The files whose register stamps this call needs; none when it cannot say."""
+        if self._file_paths is None:
+            return []
+        try:
+            return [Path(p) for p in self._file_paths(args, ctx)]
+        except Exception:
+            return []
 
     @property
     def has_preview(self) -> bool:

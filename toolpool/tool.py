@@ -60,6 +60,10 @@ def _no_progress(_: Any) -> None:
 class ToolContext:
     """What a tool sees of the world while it validates, previews or executes.
 
+    ``scratch_dir`` is the session's own directory outside the workspace (spill
+    files of long outputs…); it may not exist yet: tools create it when they need it.
+    File tools may read there as well as in the workspace and ``extra_roots``.
+
     ``report_progress`` may be called from any thread while ``execute`` runs; each
     report becomes a ``tool_update`` event of this call (P9). ``cancelled`` turns true
     when the call is cancelled; long-running tools should look at it (the worker pool
@@ -73,6 +77,7 @@ class ToolContext:
     files: FileReadRegister
     extra_roots: tuple[Path, ...] = ()
     allow_network: bool = False
+    scratch_dir: Path | None = None
     cancel_token: CancelToken = field(default_factory=CancelToken)
     progress: Callable[[Any], None] = _no_progress
 
@@ -163,6 +168,15 @@ class InterruptBehaviorTool(Protocol):
     """What an interrupt does to this call: cancel or block. Default: block."""
 
     def interrupt_behavior(self, args: Arguments) -> InterruptBehavior | str: ...
+
+
+@runtime_checkable
+class FileTool(Protocol):
+    """The files this call reads or writes, resolved. Their file-read register stamps
+    travel with the call when it runs in a worker process, and come back updated.
+    Default: none (the tool then sees an empty register in a worker)."""
+
+    def file_paths(self, args: Arguments, ctx: ToolContext) -> Sequence[Path]: ...
 
 
 @runtime_checkable

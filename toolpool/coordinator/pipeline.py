@@ -169,6 +169,8 @@ class Pipeline:
                 f'tool "{call.name}" not found. Available tools: {known}.',
             )
 
+        if call.arguments_error is not None:  # P5: nothing to coerce or validate
+            return _invalid_arguments(call, ArgumentCheck({}, (call.arguments_error,)))
         check = spec.checker.check(call.arguments)  # P5
         if not check.ok:
             return _invalid_arguments(call, check)

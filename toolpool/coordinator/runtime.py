@@ -75,7 +75,9 @@ class Coordinator:
         return session
 
     def close_session(self, session: Session | str) -> None:
-        self.sessions.pop(session if isinstance(session, str) else session.id, None)
+        closed = self.sessions.pop(session if isinstance(session, str) else session.id, None)
+        if closed is not None:
+            closed.close()
 
     def submit(
         self,

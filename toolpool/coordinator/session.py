@@ -7,6 +7,8 @@ run one after another: a turn holds ``turn_lock`` from its first call to its end
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,6 +51,12 @@ class Session:
         self.breaker = Breaker(max_tool_errors)
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()
+        # Created by the tools that need it (spill files); removed by close().
+        self.scratch_dir = Path(tempfile.gettempdir()) / f"toolpool-session-{self.id}"
+
+    def close(self) -> None:
+        """Forget the session's state and remove its scratch directory."""
+        shutil.rmtree(self.scratch_dir, ignore_errors=True)
 
     def context(
         self,
@@ -65,6 +73,7 @@ class Session:
             files=self.files,
             extra_roots=self.extra_roots,
             allow_network=self.allow_network,
+            scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
         )
         if progress is not None:
