@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,11 @@ def ids(results: Sequence[ToolResult]) -> list[str]:
 
 def new_session(coordinator: Coordinator, root: Path) -> Session:
     return coordinator.open_session(root)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait (polling) until ``condition()`` holds; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)

@@ -157,3 +157,36 @@ class FileReadRegister:
         with self._lock:
             partial = sum(s.partial for s in self._stamps.values())
             return f"<FileReadRegister {len(self._stamps)} files ({partial} partial)>"
+
+
+class RecordingRegister(FileReadRegister):
+    """A register that remembers what changed in it: what a worker holds for one
+    call, seeded with the stamps the coordinator sent, its changes sent back."""
+
+    def __init__(self, stamps: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        super().__init__()
+        for path, stamp in (stamps or {}).items():
+            super().record(path, FileReadStamp.from_dict(stamp))
+        self.changes: dict[str, FileReadStamp | None] = {}
+
+    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> None:
+        super().record(path, stamp)
+        self.changes[self.key(path)] = stamp
+
+    def forget(self, path: str | os.PathLike[str]) -> None:
+        super().forget(path)
+        self.changes[self.key(path)] = None
+
+    def changes_dict(self) -> dict[str, dict[str, Any] | None]:
+        return {p: None if s is None else s.to_dict() for p, s in self.changes.items()}
+
+
+def apply_changes(
+    register: FileReadRegister, changes: Mapping[str, Mapping[str, Any] | None]
+) -> None:
+    """Apply what a worker's RecordingRegister recorded to the session's register."""
+    for path, stamp in changes.items():
+        if stamp is None:
+            register.forget(path)
+        else:
+            register.record(path, FileReadStamp.from_dict(stamp))

@@ -99,7 +99,8 @@ class ErrorCode(StrEnum):
     PREVIEW_FAILED = "preview_failed"  # P7: the tool's own preview raised
     DENIED = "denied"  # P8
     EXECUTION_FAILED = "execution_failed"  # P10
-    WORKER_LOST = "worker_lost"  # D2: the worker died, hung or hit a limit mid-call
+    LIMIT_EXCEEDED = "limit_exceeded"  # D3: wall time, CPU, memory, file or output size
+    WORKER_LOST = "worker_lost"  # D2: the worker died or hung mid-call
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from toolpool.tool import (
     InterruptBehavior,
     InterruptBehaviorTool,
     Labeler,
+    LimitedTool,
     PermissionMetadataTool,
     Previewer,
     ReadOnlyTool,
@@ -56,6 +57,7 @@ class ToolSpec:
 
     __slots__ = (
         "_activity",
+        "_call_limits",
         "_concurrency_safe",
         "_file_paths",
         "_interrupt_behavior",
@@ -107,6 +109,7 @@ class ToolSpec:
             tool.interrupt_behavior if isinstance(tool, InterruptBehaviorTool) else None
         )
         self._file_paths = tool.file_paths if isinstance(tool, FileTool) else None
+        self._call_limits = tool.call_limits if isinstance(tool, LimitedTool) else None
         self.permissions: tuple[str, ...] = (
             tuple(tool.permissions()) if isinstance(tool, PermissionMetadataTool) else ()
         )
@@ -167,6 +170,15 @@ class ToolSpec:
             return [Path(p) for p in self._file_paths(args, ctx)]
         except Exception:
             return []
+
+    def call_limits(self, args: Arguments) -> dict[str, Any]:
+        """The limits this call asks for; none when the tool says nothing or fails."""
+        if self._call_limits is None:
+            return {}
+        try:
+            return dict(self._call_limits(args))
+        except Exception:
+            return {}
 
     @property
     def has_preview(self) -> bool:

@@ -180,6 +180,15 @@ class FileTool(Protocol):
 
 
 @runtime_checkable
+class LimitedTool(Protocol):
+    """Resource limits this call needs (``{"wall_seconds": 610}`` for a command with
+    a 600 s timeout…), over the pool's defaults and under the operator's per-tool
+    and the session's settings. Default: none."""
+
+    def call_limits(self, args: Arguments) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
 class PermissionMetadataTool(Protocol):
     """T3: what the tool does (read, write, exec, network…). Only gates look at it."""
 

@@ -7,8 +7,9 @@ sandboxed worker processes (SPEC D1, D2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from toolpool.models import ToolCall, ToolResult
 from toolpool.registry import ToolSpec
@@ -20,12 +21,14 @@ class ExecutionRequest:
     """One call ready to run: validated, coerced arguments; approved by the gate.
 
     ``context.cancel_token`` fires when the call must stop; ``context.progress``
-    turns reports into ``tool_update`` events.
+    turns reports into ``tool_update`` events. ``limits`` are the session's resource
+    limit overrides (``toolpool.sandbox.Limits`` field names).
     """
 
     spec: ToolSpec
     call: ToolCall
     context: ToolContext
+    limits: Mapping[str, Any] = field(default_factory=dict)  # the session's overrides
 
 
 class Executor(Protocol):

@@ -208,7 +208,7 @@ class Pipeline:
         if token.requested:
             return cancelled_result(call, token.source)
         try:  # P9, P10
-            result = await self._execute(ExecutionRequest(spec, call, ctx))
+            result = await self._execute(ExecutionRequest(spec, call, ctx, session.limits))
         except Exception as exc:  # a middleware or executor broke its contract
             result = result_from_exception(call, exc)
         return _noted(result, check)

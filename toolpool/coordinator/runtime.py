@@ -10,7 +10,7 @@ The daemon wraps one of these; tests and embedders use it directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class Coordinator:
         extra_roots: Iterable[str | Path] = (),
         allow_network: bool = False,
         max_tool_errors: int | None = None,
+        limits: Mapping[str, Any] | None = None,
     ) -> Session:
         session = Session(
             workspace,
@@ -68,6 +69,7 @@ class Coordinator:
             extra_roots=extra_roots,
             allow_network=allow_network,
             max_tool_errors=self.max_tool_errors if max_tool_errors is None else max_tool_errors,
+            limits=limits,
         )
         if session.id in self.sessions:
             raise ValueError(f"session {session.id} is already open")

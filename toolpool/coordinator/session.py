@@ -10,7 +10,7 @@ import asyncio
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ class Session:
         extra_roots: Iterable[str | Path] = (),
         allow_network: bool = False,
         max_tool_errors: int = 3,
+        limits: Mapping[str, Any] | None = None,
     ) -> None:
         root = Path(workspace).resolve()
         if not root.is_dir():
@@ -48,6 +49,7 @@ class Session:
         self.workspace = root
         self.extra_roots = tuple(Path(r).resolve() for r in extra_roots)
         self.allow_network = allow_network
+        self.limits = dict(limits or {})  # resource limit overrides for this session's calls
         self.breaker = Breaker(max_tool_errors)
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()

@@ -1,0 +1,466 @@
+"""SPEC D1-D4 with real workers: tools that misbehave on purpose, run through the
+full pipeline and pool; interrupts by signal; limits seen from inside a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import zmq
+
+from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
+from toolpool.coordinator import Coordinator
+from toolpool.coordinator.pool import PoolConfig, PoolError, WorkerPool
+from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.sandbox import Limits, SandboxProfile
+from toolpool.sandbox.limits import MiB
+
+from .support import EventLog, until
+
+MODULE = "tests.worker_tools"
+PROFILE = SandboxProfile.probe()
+LIMITS = Limits(
+    wall_seconds=5,
+    cpu_seconds=1,
+    memory_bytes=192 * MiB,
+    processes=48,
+    file_size_bytes=8 * MiB,
+    output_bytes=1 * MiB,
+)
+
+PoolFactory = Callable[..., Awaitable[WorkerPool]]
+
+
+@pytest.fixture
+async def make_pool() -> AsyncIterator[PoolFactory]:
+    pools: list[WorkerPool] = []
+
+    async def make(**overrides: Any) -> WorkerPool:
+        settings: dict[str, Any] = {
+            "min_workers": 1,
+            "max_workers": 2,
+            "tool_modules": (MODULE,),
+            "heartbeat_interval": 0.1,
+            "heartbeat_misses": 15,
+            "cancel_grace": 0.5,
+            "limits": LIMITS,
+        }
+        settings.update(overrides)
+        pool = WorkerPool(PoolConfig(**settings))
+        pools.append(pool)
+        await pool.start()
+        return pool
+
+    yield make
+    for pool in pools:
+        await pool.close()
+
+
+def coordinator_on(pool: WorkerPool, **options: Any) -> Coordinator:
+    return Coordinator(tools_in_module(MODULE), executor=PoolExecutor(pool), **options)
+
+
+async def call(
+    coordinator: Coordinator, workspace: Path, name: str, log: EventLog | None = None, **args: Any
+) -> ToolResult:
+    session = coordinator.open_session(workspace)
+    (result,) = await coordinator.run_turn(session, [ToolCall("c1", name, args)], on_event=log)
+    return result
+
+
+def needs(mechanism: str) -> pytest.MarkDecorator:
+    mech = next(m for m in PROFILE.mechanisms if m.name == mechanism)
+    return pytest.mark.skipif(not mech.active, reason=f"{mechanism} unavailable: {mech.detail}")
+
+
+# --- the happy path ----------------------------------------------------------------------
+
+
+@pytest.mark.spec("D1", "D2")
+async def test_D2_calls_run_in_worker_processes_not_the_coordinator(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool()
+    coordinator = coordinator_on(pool)
+    log = EventLog()
+    result = await call(coordinator, workspace, "progress", log, steps=3)
+    assert result.text == "reported"
+    report = await call(coordinator, workspace, "report_limits", port=1)
+    pid = json.loads(report.text)["pid"]
+    assert pid != os.getpid()
+    assert pid in pool.worker_pids().values()
+    # progress reports and printed lines arrive as tool_update events (P9)
+    updates = [e.data for e in log.events if e.type.value == "tool_update"]
+    assert updates == [{"step": 0}, {"step": 1}, {"step": 2}, "printed line\n"]
+    # and the result carries the worker's resource usage
+    usage = result.details["usage"]
+    assert set(usage) >= {"wall_seconds", "cpu_seconds", "peak_rss_bytes"}
+    assert usage["peak_rss_bytes"] > 1_000_000
+
+
+async def test_pool_statistics_and_repr(make_pool: PoolFactory, workspace: Path) -> None:
+    pool = await make_pool(min_workers=2)
+    assert repr(pool) == "<WorkerPool [2 idle, 0 busy, 0 starting, 0 retiring; 0 queued]>"
+    stats = pool.statistics()
+    assert stats.workers["idle"] == 2
+    assert stats.started == 2
+    assert set(stats.profile) == {m.name for m in PROFILE.mechanisms}
+
+
+@pytest.mark.spec("D2")
+async def test_D2_pool_grows_to_its_maximum_and_queues_beyond(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=1, max_workers=2)
+    coordinator = coordinator_on(pool)
+    session = coordinator.open_session(workspace)
+    turn = coordinator.submit(
+        session, [ToolCall(str(i), "nap", {"seconds": 0.4}) for i in range(4)]
+    )
+    await until(lambda: pool.statistics().queued == 2)
+    assert pool.statistics().workers["busy"] == 2
+    results = await turn
+    assert [r.text for r in results] == ["slept 0.4"] * 4
+    assert len({r.details["worker"] for r in results}) == 2
+
+
+# --- misbehaving tools ----------------------------------------------------------------------
+
+MISBEHAVING = [
+    # tool, arguments, expected code, words the result must contain
+    ("nap", {"seconds": 60}, ErrorCode.LIMIT_EXCEEDED, "wall time limit of 2 s"),
+    ("ignore_term", {"seconds": 60}, ErrorCode.LIMIT_EXCEEDED, "wall time limit of 2 s"),
+    ("burn_cpu", {"seconds": 60}, ErrorCode.LIMIT_EXCEEDED, "CPU time limit"),
+    ("big_file", {"megabytes": 64}, ErrorCode.LIMIT_EXCEEDED, "file size limit"),
+    ("shout", {"megabytes": 100}, ErrorCode.LIMIT_EXCEEDED, "printed more than the output"),
+    ("huge_result", {"megabytes": 5}, ErrorCode.LIMIT_EXCEEDED, "more than the output limit"),
+    ("crash", {"kind": "segfault"}, ErrorCode.WORKER_LOST, "killed by SIGSEGV"),
+    ("crash", {"kind": "abort"}, ErrorCode.WORKER_LOST, "killed by SIGABRT"),
+    ("exit_worker", {"code": 3}, ErrorCode.WORKER_LOST, "exited with status 3"),
+    ("hold_gil", {"seconds": 60}, ErrorCode.WORKER_LOST, "hung (no heartbeat"),
+]
+
+
+@pytest.mark.spec("D2", "D3", "D4")
+@pytest.mark.parametrize(
+    ("tool", "args", "code", "words"),
+    MISBEHAVING,
+    ids=[f"{m[0]}-{next(iter(m[1].values()))}" for m in MISBEHAVING],
+)
+async def test_D2_misbehaving_tool_becomes_an_error_and_its_worker_is_replaced(
+    make_pool: PoolFactory,
+    workspace: Path,
+    tool: str,
+    args: dict[str, Any],
+    code: ErrorCode,
+    words: str,
+) -> None:
+    # Given a pool with one worker and tight limits
+    pool = await make_pool(min_workers=1, max_workers=1, limits=LIMITS.merged({"wall_seconds": 2}))
+    coordinator = coordinator_on(pool)
+    session = coordinator.open_session(workspace)
+    (old_pid,) = pool.worker_pids().values()
+    # When the tool misbehaves
+    (result,) = await coordinator.run_turn(session, [ToolCall("c1", tool, args)])
+    # Then the call ends with an error result that names the cause
+    assert result.is_error
+    assert result.error_code is code, result.text
+    assert words in result.text
+    # and a new worker takes the old one's place
+    await until(lambda: len(pool.worker_pids()) == 1 and old_pid not in pool.worker_pids().values())
+    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == "zombie"
+    # and the coordinator keeps serving
+    assert (await call(coordinator, workspace, "noop")).text == "ok"
+    # the failure counts against the tool, like any execute error (D2, P11)
+    assert session.breaker.failures(tool) == 1
+
+
+@pytest.mark.spec("D3")
+async def test_D3_memory_hog_is_stopped(make_pool: PoolFactory, workspace: Path) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1)
+    coordinator = coordinator_on(pool)
+    result = await call(coordinator, workspace, "hog_memory", megabytes=1024)
+    assert result.is_error
+    if PROFILE.active("cgroups") and "memory" in (
+        pool._cgroups.controllers if pool._cgroups else ()
+    ):
+        # the memory cgroup's OOM killer ends the worker
+        assert result.error_code is ErrorCode.WORKER_LOST
+        assert "ran out of memory" in result.text
+    else:
+        # RLIMIT_AS: the allocation fails inside the tool
+        assert result.error_code is ErrorCode.LIMIT_EXCEEDED
+        assert "ran out of memory" in result.text
+    assert (await call(coordinator, workspace, "noop")).text == "ok"
+
+
+@pytest.mark.spec("D3")
+@needs("cgroups")
+async def test_D3_fork_bomb_meets_the_pids_limit(make_pool: PoolFactory, workspace: Path) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1)
+    if "pids" not in pool.cgroup_controllers:
+        pytest.skip("no pids cgroup controller here: a fork bomb cannot be contained")
+    coordinator = coordinator_on(pool)
+    result = await call(coordinator, workspace, "fork_bomb")
+    assert result.error_code is ErrorCode.EXECUTION_FAILED
+    assert "Resource temporarily unavailable" in result.text
+    assert result.details["usage"]["ended_processes"] >= LIMITS.processes // 2
+    assert (await call(coordinator, workspace, "noop")).text == "ok"
+
+
+@pytest.mark.spec("D4")
+async def test_D4_setsid_orphan_is_ended_after_the_call(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool()
+    coordinator = coordinator_on(pool)
+    result = await call(coordinator, workspace, "escape_setsid")
+    assert result.text == "escaped"
+    assert result.details["usage"]["ended_processes"] == 1
+    sleepers = [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "1000"]
+    ]
+    assert sleepers == []
+
+
+# --- limits seen from inside -----------------------------------------------------------
+
+
+@pytest.mark.spec("D3")
+@pytest.mark.parametrize("network", [False, True])
+async def test_D3_worker_reports_the_limits_it_was_given(
+    make_pool: PoolFactory, workspace: Path, network: bool
+) -> None:
+    pool = await make_pool()
+    coordinator = coordinator_on(pool)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        session = coordinator.open_session(workspace, allow_network=network)
+        (result,) = await coordinator.run_turn(
+            session, [ToolCall("r", "report_limits", {"port": port})]
+        )
+    report = json.loads(result.text)
+    rl = report["rlimits"]
+    assert rl["CORE"] == 0
+    assert rl["NOFILE"] == LIMITS.open_files
+    assert rl["FSIZE"] == LIMITS.file_size_bytes
+    assert report["cpu_used"] < rl["CPU"] <= report["cpu_used"] + LIMITS.cpu_seconds + 1
+    if "memory" in pool.cgroup_controllers:
+        assert f"toolpool-{os.getpid()}/w" in report["cgroup"]
+        assert report["cgroup_memory_limit"] == LIMITS.memory_bytes
+    else:
+        assert rl["AS"] != -1  # RLIMIT_AS bounds the call instead
+    if PROFILE.active("netns") and not network:
+        assert report["network"].startswith("unreachable")
+    else:
+        assert report["network"] == "reachable"
+    assert report["command_wrote_inside"] is True
+    if PROFILE.active("bwrap") or PROFILE.active("landlock"):
+        assert report["command_wrote_outside"] is False
+    if PROFILE.active("seccomp"):
+        assert report["seccomp"] == "2"  # filter mode
+
+
+@pytest.mark.spec("D3")
+async def test_D3_tool_and_session_limits_layer_over_the_defaults(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool()
+    executor = PoolExecutor(pool, tool_limits={"report_limits": {"file_size_bytes": 4 * MiB}})
+    coordinator = Coordinator(tools_in_module(MODULE), executor=executor)
+    session = coordinator.open_session(workspace, limits={"open_files": 77})
+    (result,) = await coordinator.run_turn(session, [ToolCall("r", "report_limits", {"port": 1})])
+    rlimits = json.loads(result.text)["rlimits"]
+    assert rlimits["FSIZE"] == 4 * MiB  # the operator's per-tool setting
+    assert rlimits["NOFILE"] == LIMITS.open_files  # process-wide, set once per worker
+    bad = coordinator.open_session(workspace, limits={"bogus": 1})
+    (refused,) = await coordinator.run_turn(bad, [ToolCall("n", "noop", {})])
+    assert refused.error_code is ErrorCode.EXECUTION_FAILED
+    assert "unknown limits ['bogus']" in refused.text
+
+
+# --- interrupts by signals (D4, S4, S5) -------------------------------------------------------
+
+
+async def started(log: EventLog, *call_ids: str) -> None:
+    await until(lambda: {e.call_id for e in log.starts()} >= set(call_ids))
+    await asyncio.sleep(0.3)  # let the workers get into the tool
+
+
+@pytest.mark.spec("D4", "S4")
+async def test_D4_interrupt_signals_cancel_calls_and_lets_block_calls_finish(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=2, max_workers=2)
+    coordinator = coordinator_on(pool)
+    session = coordinator.open_session(workspace)
+    log = EventLog()
+    calls = [
+        ToolCall("cancel", "nap", {"seconds": 60}),
+        ToolCall("block", "chore", {"seconds": 1}),
+    ]
+    turn = coordinator.submit(session, calls, on_event=log)
+    await started(log, "cancel", "block")
+    turn.interrupt()
+    cancelled, finished = await turn
+    assert cancelled.error_code is ErrorCode.INTERRUPTED
+    assert cancelled.details["escalation"] == "answered"
+    assert finished.text == "chore done after 1.0"
+    # the cancelled call ended first, while the block call was still running
+    assert [e.call_id for e in log.ends()] == ["cancel", "block"]
+
+
+@pytest.mark.spec("D4", "S4")
+async def test_D4_interrupt_skips_queued_calls(make_pool: PoolFactory, workspace: Path) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1)
+    coordinator = coordinator_on(pool, max_tool_concurrency=1)
+    session = coordinator.open_session(workspace)
+    log = EventLog()
+    turn = coordinator.submit(
+        session, [ToolCall(str(i), "nap", {"seconds": 60}) for i in range(3)], on_event=log
+    )
+    await started(log, "0")
+    turn.interrupt()
+    results = await turn
+    assert [r.error_code for r in results] == [
+        ErrorCode.INTERRUPTED,
+        ErrorCode.SKIPPED,
+        ErrorCode.SKIPPED,
+    ]
+
+
+@pytest.mark.spec("D4", "S5")
+async def test_D4_abort_cancels_block_calls_too(make_pool: PoolFactory, workspace: Path) -> None:
+    pool = await make_pool(min_workers=2, max_workers=2)
+    coordinator = coordinator_on(pool)
+    session = coordinator.open_session(workspace)
+    log = EventLog()
+    calls = [
+        ToolCall("block", "chore", {"seconds": 60}),
+        ToolCall("async", "async_nap", {"seconds": 60}),
+    ]
+    turn = coordinator.submit(session, calls, on_event=log)
+    await started(log, "block", "async")
+    turn.abort()
+    results = await turn
+    assert [r.text for r in results] == ["Tool execution cancelled."] * 2
+    assert all(r.details["escalation"] == "answered" for r in results)
+
+
+@pytest.mark.spec("D4", "S4")
+async def test_D4_term_ignoring_tool_is_killed_after_the_grace_period(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1, cancel_grace=0.5)
+    coordinator = coordinator_on(pool)
+    (old_pid,) = pool.worker_pids().values()
+    session = coordinator.open_session(workspace)
+    log = EventLog()
+    turn = coordinator.submit(
+        session, [ToolCall("t", "ignore_term", {"seconds": 60})], on_event=log
+    )
+    await started(log, "t")
+    begun = time.monotonic()
+    turn.interrupt()
+    (result,) = await turn
+    waited = time.monotonic() - begun
+    assert result.error_code is ErrorCode.INTERRUPTED
+    assert result.details["escalation"] == "killed"
+    assert waited >= 0.5  # the grace period was given
+    await until(lambda: old_pid not in pool.worker_pids().values() and len(pool.worker_pids()) == 1)
+
+
+@pytest.mark.spec("D4")
+async def test_D4_cancel_while_waiting_for_a_worker_never_runs_the_call(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1)
+    coordinator = coordinator_on(pool)
+    first = coordinator.open_session(workspace)
+    second = coordinator.open_session(workspace)
+    busy = coordinator.submit(first, [ToolCall("a", "chore", {"seconds": 1})])
+    waiting = coordinator.submit(second, [ToolCall("b", "nap", {"seconds": 60})])
+    await until(lambda: pool.statistics().queued == 1)
+    waiting.abort()
+    (cancelled,) = await waiting
+    assert cancelled.error_code is ErrorCode.CANCELLED
+    assert "worker" not in cancelled.details  # no worker ever took it
+    assert (await busy)[0].text == "chore done after 1.0"
+
+
+# --- the coordinator's death, bad peers, bad configuration ---------------------------------
+
+
+@pytest.mark.spec("D2")
+def test_D2_killing_the_coordinator_leaves_no_worker_alive(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import asyncio, json, sys
+        from toolpool.coordinator.pool import PoolConfig, WorkerPool
+
+        async def main():
+            pool = WorkerPool(PoolConfig(min_workers=2, max_workers=2, tool_modules=({MODULE!r},)))
+            await pool.start()
+            print(json.dumps([pool.zygote_pid, *pool.worker_pids().values()]), flush=True)
+            await asyncio.sleep(600)
+
+        asyncio.run(main())
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    ) as coordinator:
+        assert coordinator.stdout is not None
+        pids = json.loads(coordinator.stdout.readline())
+        assert len(pids) == 3
+        assert all(psutil.pid_exists(p) for p in pids)
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+    deadline = time.monotonic() + 5
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if psutil.pid_exists(p)] == []
+
+
+@pytest.mark.spec("D2")
+async def test_D2_garbage_on_the_worker_socket_is_logged_and_survived(
+    make_pool: PoolFactory, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = await make_pool()
+    context = zmq.Context()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.connect(pool.endpoint)
+    rogue.send(b"\xc1 not msgpack")
+    rogue.send_multipart([b"two", b"frames"])
+    rogue.send(b"\x81\xa1t\xa7execute")  # a map, but not a valid message
+    await until(lambda: caplog.text.count("dropped a") == 3)
+    rogue.close()
+    context.term()
+    assert "dropped a message of 3 frames" in caplog.text
+    assert "not a msgpack frame" in caplog.text
+    assert "bad execute message" in caplog.text
+    assert (await call(coordinator_on(pool), workspace, "noop")).text == "ok"
+
+
+async def test_a_tool_module_that_does_not_import_fails_the_start_clearly(
+    workspace: Path,
+) -> None:
+    pool = WorkerPool(PoolConfig(min_workers=1, tool_modules=("tests.no_such_module",)))
+    with pytest.raises(PoolError, match="no_such_module"):
+        await pool.start()
+    await pool.close()

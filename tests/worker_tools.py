@@ -1,0 +1,193 @@
+"""Tools that misbehave on purpose, for the worker-pool tests (loaded by module path
+into real workers: "tests.worker_tools")."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import resource
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from toolpool import ToolContext, tool
+from toolpool.sandbox.command import confined
+
+
+@tool(read_only=True)
+def noop() -> str:
+    """Do nothing."""
+    return "ok"
+
+
+@tool(read_only=True, interrupt_behavior="cancel")
+def nap(seconds: float) -> str:
+    """Sleep, then answer (cancel-behaviour)."""
+    time.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@tool(read_only=True, interrupt_behavior="block")
+def chore(seconds: float) -> str:
+    """Sleep, then answer (block-behaviour)."""
+    time.sleep(seconds)
+    return f"chore done after {seconds}"
+
+
+@tool(read_only=True, interrupt_behavior="cancel")
+async def async_nap(seconds: float) -> str:
+    """Sleep on the event loop."""
+    await asyncio.sleep(seconds)
+    return "awake"
+
+
+@tool(interrupt_behavior="cancel")
+def ignore_term(seconds: float) -> str:
+    """Ignore SIGTERM, then sleep."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(seconds)
+    return "ignored"
+
+
+@tool
+def hog_memory(megabytes: int) -> str:
+    """Allocate (and touch) memory."""
+    blob = b"x" * (megabytes * 1024 * 1024)
+    return f"held {len(blob)} bytes"
+
+
+@tool
+def fork_bomb() -> str:
+    """Fork until the kernel refuses (the error ends the call)."""
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+
+
+@tool
+def crash(kind: str) -> str:
+    """Crash the worker: "segfault" or "abort"."""
+    if kind == "segfault":
+        ctypes.string_at(0)
+    os.abort()
+
+
+@tool
+def burn_cpu(seconds: float) -> str:
+    """Spin the CPU."""
+    deadline = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+    return f"spun {n} times"
+
+
+@tool
+def big_file(megabytes: int, ctx: ToolContext) -> str:
+    """Write a file of this size into the workspace."""
+    chunk = b"\0" * (1024 * 1024)
+    with open(ctx.workspace / "big.bin", "wb") as f:
+        for _ in range(megabytes):
+            f.write(chunk)
+    return "written"
+
+
+@tool
+def shout(megabytes: int) -> str:
+    """Print a lot."""
+    line = "x" * 1023
+    for _ in range(megabytes * 1024):
+        print(line)
+    return "done"
+
+
+@tool
+def huge_result(megabytes: int) -> str:
+    """Return a very large result."""
+    return "y" * (megabytes * 1024 * 1024)
+
+
+@tool
+def escape_setsid() -> str:
+    """Leave a setsid grandchild behind whose parent has already exited."""
+    subprocess.run(["sh", "-c", "setsid sleep 1000 > /dev/null 2>&1 &"], check=True)
+    return "escaped"
+
+
+@tool
+def exit_worker(code: int) -> str:
+    """Exit the worker process outright."""
+    os._exit(code)
+
+
+@tool
+def hold_gil(seconds: int) -> str:
+    """Block in C while holding the GIL (libc sleep through PyDLL): the worker can
+    neither heartbeat nor handle a signal."""
+    ctypes.PyDLL(None).sleep(seconds)
+    return "woke up"
+
+
+@tool
+def progress(steps: int, ctx: ToolContext) -> str:
+    """Report progress, and print."""
+    for i in range(steps):
+        ctx.report_progress({"step": i})
+    print("printed line")
+    return "reported"
+
+
+def _try_connect(port: int) -> str:
+    probe = socket.socket()
+    probe.settimeout(0.5)
+    try:
+        probe.connect(("127.0.0.1", port))
+    except OSError as exc:
+        return f"unreachable: {exc.strerror or exc}"
+    finally:
+        probe.close()
+    return "reachable"
+
+
+def _cgroup_memory_limit() -> int | None:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            limit = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"
+            return int(limit.read_text()) if limit.exists() else None
+    return None
+
+
+@tool(read_only=True)
+def report_limits(port: int, ctx: ToolContext) -> dict[str, Any]:
+    """Report the limits this worker runs under, as seen from inside; the network
+    check connects to a loopback ``port`` (an empty namespace has no usable lo)."""
+    outside = Path("/etc/toolpool-write-test")
+    with confined(
+        ["sh", "-c", f"touch {ctx.workspace}/inside && touch {outside} 2>/dev/null; echo $?"],
+        workspace=ctx.workspace,
+        network=ctx.allow_network,
+    ) as box:
+        wrote = subprocess.run(
+            box.argv, pass_fds=box.pass_fds, capture_output=True, text=True, check=False
+        )
+    return {
+        "pid": os.getpid(),
+        "rlimits": {
+            name: resource.getrlimit(getattr(resource, f"RLIMIT_{name}"))[0]
+            for name in ("CORE", "NOFILE", "FSIZE", "CPU", "AS")
+        },
+        "cpu_used": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+        "cgroup": Path("/proc/self/cgroup").read_text(),
+        "cgroup_memory_limit": _cgroup_memory_limit(),
+        "network": _try_connect(port),
+        "command_wrote_inside": (ctx.workspace / "inside").exists(),
+        "command_wrote_outside": outside.exists(),
+        "command_status": wrote.stdout.strip(),
+        "seccomp": Path("/proc/self/status").read_text().split("Seccomp:")[1].split()[0],
+    }

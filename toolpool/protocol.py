@@ -1,0 +1,283 @@
+"""The wire format: every message that crosses a process boundary, and its codec.
+
+One enum of message types; one frozen dataclass per type, whose docstring says who
+sends it and what answers it. ``encode`` turns a message into one msgpack frame;
+``decode`` turns bytes back, raising ``ProtocolError`` — and only that — for
+anything it cannot read. Nothing else in toolpool parses frames.
+
+Frames carry ``{"t": <type>, ...fields}``. The protocol version is checked once, at
+the handshake (``Ready``); a peer speaking another version is refused there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, BinaryIO, ClassVar, TypeAlias
+
+import msgpack
+
+from toolpool.errors import ToolpoolError
+
+PROTOCOL_VERSION = 1
+# Large enough for any result toolpool lets through (see Limits.output_bytes), small
+# enough that a bad peer cannot make us allocate without bound.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class ProtocolError(ToolpoolError):
+    """Bytes that are not a valid toolpool message (or a message of another version)."""
+
+
+class MessageType(StrEnum):
+    # coordinator ⇄ worker
+    READY = "ready"
+    EXECUTE = "execute"
+    PROGRESS = "progress"
+    RESULT = "result"
+    HEARTBEAT = "heartbeat"
+    SHUTDOWN = "shutdown"
+    # pool ⇄ zygote
+    SPAWN = "spawn"
+    SPAWNED = "spawned"
+    EXITED = "exited"
+
+
+# --- coordinator ⇄ worker --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Worker → coordinator, once, when it has connected: the handshake.
+
+    Answer: nothing, or ``Shutdown`` when the version differs. After it the worker is
+    idle and may be sent ``Execute``.
+    """
+
+    type: ClassVar[MessageType] = MessageType.READY
+    worker_id: str
+    pid: int
+    version: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class Execute:
+    """Coordinator → idle worker: run one call.
+
+    Answer: any number of ``Progress``, then exactly one ``Result`` with the same
+    ``call_id``. Cancellation is not a message: the coordinator sends the worker
+    SIGUSR1 (SPEC D4), and the worker answers with a cancelled ``Result``.
+
+    ``context`` holds the ToolContext fields (session_id, workspace, extra_roots,
+    allow_network, scratch_dir); ``stamps`` the file-read register entries of the
+    files the call names (FileTool.file_paths); ``limits`` a ``Limits`` dict.
+    """
+
+    type: ClassVar[MessageType] = MessageType.EXECUTE
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    context: dict[str, Any]
+    limits: dict[str, Any]
+    stamps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Worker → coordinator while a call runs: one progress report (SPEC P9). No answer."""
+
+    type: ClassVar[MessageType] = MessageType.PROGRESS
+    call_id: str
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Worker → coordinator: the call is over. No answer; the worker is idle again.
+
+    ``status`` is "ok", "error" or "cancelled"; ``result`` a ToolResult dict;
+    ``usage`` wall/cpu seconds and peak memory; ``stamps`` the register entries the
+    call recorded (path → stamp dict, or None for a forgotten path).
+    """
+
+    type: ClassVar[MessageType] = MessageType.RESULT
+    call_id: str
+    status: str
+    result: dict[str, Any]
+    usage: dict[str, Any] = field(default_factory=dict)
+    stamps: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Worker → coordinator every heartbeat interval, busy or not. No answer.
+
+    A worker whose heartbeats stop is hung (a tool holding the GIL, a stopped
+    process) and is replaced.
+    """
+
+    type: ClassVar[MessageType] = MessageType.HEARTBEAT
+    worker_id: str
+    rss: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Coordinator → worker: exit once idle. No answer; the zygote reports the exit."""
+
+    type: ClassVar[MessageType] = MessageType.SHUTDOWN
+    reason: str = ""
+
+
+# --- pool ⇄ zygote --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Pool → zygote: fork a worker with this configuration. Answer: ``Spawned``."""
+
+    type: ClassVar[MessageType] = MessageType.SPAWN
+    worker_id: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """Zygote → pool: the worker's process exists (it has not connected yet)."""
+
+    type: ClassVar[MessageType] = MessageType.SPAWNED
+    worker_id: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """Zygote → pool, unasked: a worker process ended (reaped by the zygote).
+
+    ``exit_code`` when it exited, ``signal`` when a signal ended it.
+    """
+
+    type: ClassVar[MessageType] = MessageType.EXITED
+    pid: int
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+Message: TypeAlias = (
+    Ready | Execute | Progress | Result | Heartbeat | Shutdown | Spawn | Spawned | Exited
+)
+
+_CLASSES: dict[str, type[Any]] = {
+    cls.type.value: cls
+    for cls in (Ready, Execute, Progress, Result, Heartbeat, Shutdown, Spawn, Spawned, Exited)
+}
+_FIELDS: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {
+    cls: dataclasses.fields(cls) for cls in _CLASSES.values()
+}
+
+
+def encode(message: Message) -> bytes:
+    """One msgpack frame for ``message``."""
+    body: dict[str, Any] = {"t": message.type.value}
+    for f in _FIELDS[type(message)]:
+        body[f.name] = getattr(message, f.name)
+    frame: bytes = msgpack.packb(body, use_bin_type=True)
+    return frame
+
+
+def decode(frame: bytes) -> Message:
+    """The message in ``frame``; ProtocolError for anything else."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
+    try:
+        body = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ProtocolError(f"not a msgpack frame: {exc}") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(f"frame holds a {type(body).__name__}, not a map")
+    kind = body.pop("t", None)
+    cls = _CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    try:
+        message: Message = cls(**body)
+    except TypeError as exc:
+        raise ProtocolError(f"bad {kind} message: {exc}") from None
+    _check_types(message)
+    return message
+
+
+def _check_types(message: Any) -> None:
+    """Shallow type checks of the fields, so handlers can trust what they read."""
+    for f in _FIELDS[type(message)]:
+        value = getattr(message, f.name)
+        expected = _EXPECTED.get(str(f.type))
+        if expected is not None and not isinstance(value, expected):
+            raise ProtocolError(
+                f"{message.type.value}.{f.name} is a {type(value).__name__}, "
+                f"not {str(f.type).split(' |')[0]}"
+            )
+
+
+_EXPECTED: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "dict[str, Any]": (dict,),
+    "dict[str, dict[str, Any]]": (dict,),
+    "dict[str, dict[str, Any] | None]": (dict,),
+    "int | None": (int, type(None)),
+}
+
+
+# --- length-prefixed frames over pipes (the zygote's stdin/stdout) ------------------------
+
+_LENGTH = struct.Struct("!I")
+
+
+HEADER_BYTES = _LENGTH.size
+
+
+def framed(message: Message) -> bytes:
+    """``message`` as a length-prefixed frame, for byte streams (pipes)."""
+    data = encode(message)
+    return _LENGTH.pack(len(data)) + data
+
+
+def frame_length(header: bytes) -> int:
+    """The payload size announced by a frame header; ProtocolError when too big."""
+    (size,) = _LENGTH.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    return int(size)
+
+
+def write_frame(stream: BinaryIO, message: Message) -> None:
+    """Write one length-prefixed frame and flush."""
+    stream.write(framed(message))
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> Message | None:
+    """Read one length-prefixed frame; None at end of stream. Works on unbuffered
+    streams too (short reads are continued)."""
+    head = _read_exactly(stream, HEADER_BYTES)
+    if head is None:
+        return None
+    data = _read_exactly(stream, frame_length(head))
+    if data is None:
+        raise ProtocolError("stream ended inside a frame")
+    return decode(data)
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            if data:
+                raise ProtocolError("stream ended inside a frame")
+            return None
+        data += chunk
+    return data

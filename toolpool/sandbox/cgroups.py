@@ -1,0 +1,266 @@
+"""cgroups for workers: memory, pids and CPU limits, and killing a whole group.
+
+Each worker gets its own cgroup, nested under the coordinator's own cgroup in every
+hierarchy where that is writable. Both layouts are handled, and mixed ones too:
+
+- cgroup v1: one hierarchy per controller (``/sys/fs/cgroup/memory/...``);
+- cgroup v2: one unified hierarchy; controllers only where delegated to us, and
+  ``cgroup.kill`` (kill everything in the group at once) wherever v2 is mounted.
+
+These machines mount v1 controllers and a v2 hierarchy that offers only
+``cgroup.kill``: workers then take their limits from v1 and their kill from v2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    """A mounted hierarchy and our own place in it."""
+
+    version: int  # 1 or 2
+    mount: Path
+    own: Path  # our cgroup's directory
+    controllers: frozenset[str]  # the limits this hierarchy can apply for us
+
+
+def _mounts() -> list[tuple[str, Path, set[str]]]:
+    """(fstype, mount point, super options) of every cgroup mount."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _, options = right.split()[:3]
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((fstype, Path(left.split()[4]), set(options.split(","))))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (or "" for v2) → our cgroup path in it, from /proc/self/cgroup."""
+    own: dict[str, str] = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            for name in names.split(",") if names else [""]:
+                own[name] = path.lstrip("/")
+    return own
+
+
+def _writable(directory: Path) -> bool:
+    """Can we create child cgroups here? (Try it: permissions alone do not tell.)"""
+    probe = directory / f"toolpool-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        probe.rmdir()
+    return True
+
+
+def _v2_controllers(own: Path) -> frozenset[str]:
+    """The controllers we can enable for our children in v2: those the parent
+    delegates to us, which we may switch on only if no process lives in our own
+    cgroup (the "no internal processes" rule) or it is the root."""
+    try:
+        available = set((own / "cgroup.controllers").read_text().split())
+    except OSError:
+        return frozenset()
+    wanted = available & set(CONTROLLERS)
+    enabled = set((own / "cgroup.subtree_control").read_text().split())
+    for name in wanted - enabled:
+        try:
+            (own / "cgroup.subtree_control").write_text(f"+{name}")
+            enabled.add(name)
+        except OSError:
+            continue
+    return frozenset(wanted & enabled)
+
+
+def discover() -> list[Hierarchy]:
+    """The hierarchies where we may create cgroups, with what each can limit."""
+    own = _own_paths()
+    found: list[Hierarchy] = []
+    for fstype, mount, options in _mounts():
+        if fstype == "cgroup2":
+            own_dir = mount / own.get("", "")
+            if _writable(own_dir):
+                found.append(Hierarchy(2, mount, own_dir, _v2_controllers(own_dir)))
+            continue
+        names = options & set(CONTROLLERS)
+        if not names:
+            continue
+        own_dir = mount / own.get(sorted(names)[0], "")
+        if _writable(own_dir):
+            found.append(Hierarchy(1, mount, own_dir, frozenset(names)))
+    return found
+
+
+class WorkerCgroup:
+    """One worker's cgroups (one per hierarchy). Limits go where a hierarchy can
+    apply them; v1 wins for a controller both offer."""
+
+    def __init__(self, name: str, hierarchies: list[Hierarchy], parent: str) -> None:
+        self.name = name
+        self.dirs: dict[Hierarchy, Path] = {}
+        for h in hierarchies:
+            path = h.own / parent / name
+            path.mkdir(parents=True, exist_ok=True)
+            self.dirs[h] = path
+        self.by_controller: dict[str, Path] = {}
+        for h, path in sorted(self.dirs.items(), key=lambda item: -item[0].version):
+            for controller in h.controllers:
+                self.by_controller[controller] = path
+        self.kill_file = next(
+            (p / "cgroup.kill" for h, p in self.dirs.items() if (p / "cgroup.kill").exists()),
+            None,
+        )
+
+    @property
+    def controllers(self) -> frozenset[str]:
+        return frozenset(self.by_controller)
+
+    def procs_files(self) -> list[Path]:
+        return [p / "cgroup.procs" for p in self.dirs.values()]
+
+    def attach(self, pid: int) -> None:
+        """Move ``pid`` into every one of this worker's cgroups."""
+        for path in self.dirs.values():
+            (path / "cgroup.procs").write_text(str(pid))
+
+    def _v1(self, controller: str) -> bool:
+        path = self.by_controller.get(controller)
+        return path is not None and not (path / "cgroup.controllers").exists()
+
+    def set_memory(self, limit: int) -> None:
+        path = self.by_controller.get("memory")
+        if path is None:
+            return
+        if not self._v1("memory"):
+            (path / "memory.max").write_text(str(limit))
+            with contextlib.suppress(OSError):
+                (path / "memory.swap.max").write_text("0")
+            return
+        # memory+swap must stay >= memory: write in the order the change allows.
+        files = [path / "memory.limit_in_bytes", path / "memory.memsw.limit_in_bytes"]
+        files = [f for f in files if f.exists()]
+        try:
+            for f in files:
+                f.write_text(str(limit))
+        except OSError:
+            for f in reversed(files):
+                f.write_text(str(limit))
+
+    def set_pids(self, limit: int) -> None:
+        path = self.by_controller.get("pids")
+        if path is not None:
+            (path / "pids.max").write_text(str(limit))
+
+    def set_cpu(self, cpus: float) -> None:
+        path = self.by_controller.get("cpu")
+        if path is None:
+            return
+        quota = int(cpus * CPU_PERIOD_US)
+        if self._v1("cpu"):
+            (path / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (path / "cpu.cfs_quota_us").write_text(str(quota))
+        else:
+            (path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+
+    def reset_peak_memory(self) -> None:
+        path = self.by_controller.get("memory")
+        if path is None:
+            return
+        target = path / ("memory.max_usage_in_bytes" if self._v1("memory") else "memory.peak")
+        with contextlib.suppress(OSError):
+            target.write_text("0")
+
+    def peak_memory(self) -> int | None:
+        path = self.by_controller.get("memory")
+        if path is None:
+            return None
+        target = path / ("memory.max_usage_in_bytes" if self._v1("memory") else "memory.peak")
+        try:
+            return int(target.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer ended in this group so far."""
+        path = self.by_controller.get("memory")
+        if path is None:
+            return 0
+        source = path / ("memory.oom_control" if self._v1("memory") else "memory.events")
+        try:
+            for line in source.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def kill_all(self) -> None:
+        """SIGKILL everything in the group: at once with cgroup.kill, else one by one."""
+        if self.kill_file is not None:
+            with contextlib.suppress(OSError):
+                self.kill_file.write_text("1")
+                return
+        for procs in self.procs_files():
+            with contextlib.suppress(OSError):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+    def remove(self) -> None:
+        """Remove the (empty) cgroups; a group still busy is left for the next try."""
+        for path in self.dirs.values():
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+class CgroupTree:
+    """The coordinator's ``toolpool-<pid>`` cgroups, parents of every worker's."""
+
+    def __init__(self, hierarchies: list[Hierarchy]) -> None:
+        self.hierarchies = hierarchies
+        self.parent = f"toolpool-{os.getpid()}"
+
+    @classmethod
+    def probe(cls) -> CgroupTree | None:
+        hierarchies = discover()
+        return cls(hierarchies) if hierarchies else None
+
+    @property
+    def controllers(self) -> frozenset[str]:
+        return frozenset().union(*(h.controllers for h in self.hierarchies))
+
+    @property
+    def can_kill(self) -> bool:
+        return any(h.version == 2 for h in self.hierarchies)
+
+    def describe(self) -> str:
+        parts = []
+        for h in self.hierarchies:
+            what = ", ".join(sorted(h.controllers)) or "no controllers"
+            extra = " + cgroup.kill" if h.version == 2 else ""
+            parts.append(f"v{h.version} {h.mount} ({what}{extra})")
+        return "; ".join(parts)
+
+    def create(self, name: str) -> WorkerCgroup:
+        return WorkerCgroup(name, self.hierarchies, self.parent)
+
+    def close(self) -> None:
+        for h in self.hierarchies:
+            with contextlib.suppress(OSError):
+                (h.own / self.parent).rmdir()

@@ -1,0 +1,103 @@
+"""The few Linux calls the standard library lacks: prctl, /proc children lists."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int) -> None:
+    if _libc.prctl(option, value, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``sig`` to this process when its parent dies.
+
+    Raises ``ProcessLookupError`` when the parent is already gone (we were adopted
+    before the call could take effect), so the caller can exit at once.
+    """
+    parent = os.getppid()
+    _prctl(_PR_SET_PDEATHSIG, sig)
+    if os.getppid() != parent:
+        raise ProcessLookupError("the parent died before the death signal was set")
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to us (not to init), so we can find and
+    end them — the children that called setsid included."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (every thread's), from /proc; [] when gone."""
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            found.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid``, parents before children."""
+    found: list[int] = []
+    frontier = children(pid)
+    while frontier:
+        found.extend(frontier)
+        frontier = [c for p in frontier for c in children(p)]
+    return found
+
+
+def is_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"")
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Processes whose process group is ``pgid`` (a /proc scan: for termination only)."""
+    members: list[int] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def reap_children() -> list[tuple[int, int]]:
+    """Collect every exited child without blocking: [(pid, wait status)]."""
+    reaped: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))

@@ -1,0 +1,101 @@
+"""A worker process: set up its confinement, connect, then run calls until told to
+stop or until its parent (the zygote, and so the coordinator) dies."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolpool.cancel import Cancelled
+from toolpool.models import ErrorCode, ToolCall, ToolResult
+from toolpool.protocol import Execute, Result, Shutdown
+from toolpool.registry import ToolRegistry
+from toolpool.sandbox import linux, seccomp
+from toolpool.sandbox.limits import Limits, apply_process_limits
+from toolpool.sandbox.profile import SandboxProfile, set_active_profile
+from toolpool.worker.channel import Channel
+from toolpool.worker.runner import Runner
+
+log = logging.getLogger("toolpool.worker")
+
+_CLONE_NEWNET = 0x40000000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """What a worker is told when it is spawned."""
+
+    worker_id: str
+    endpoint: str
+    heartbeat_interval: float = 0.5
+    limits: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] = field(default_factory=dict)
+    cgroup_procs: tuple[str, ...] = ()
+    offline: bool = False  # unshare the network namespace
+    limit_address_space: bool = True  # no memory cgroup: RLIMIT_AS bounds each call
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkerConfig:
+        values = dict(data)
+        values["cgroup_procs"] = tuple(values.get("cgroup_procs", ()))
+        return cls(**values)
+
+
+def _unshare_network() -> None:
+    if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+
+
+def confine(config: WorkerConfig) -> SandboxProfile:
+    """Apply the worker's own confinement, strongest first; return the profile."""
+    profile = SandboxProfile.from_dict(config.profile)
+    set_active_profile(profile)
+    for procs in config.cgroup_procs:
+        Path(procs).write_text(str(os.getpid()))
+    if config.offline:
+        _unshare_network()
+    apply_process_limits(Limits.from_dict(config.limits))
+    if profile.active("seccomp"):
+        seccomp.load_in_this_process("worker")
+    return profile
+
+
+def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
+    """The worker's life after fork: returns its exit status."""
+    linux.die_with_parent(signal.SIGKILL)
+    linux.become_subreaper()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the coordinator
+    confine(config)
+    channel = Channel(config.endpoint, config.worker_id, config.heartbeat_interval)
+    runner = Runner(registry, channel, limit_address_space=config.limit_address_space)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idle: SIGTERM only cancels calls
+    channel.start()
+    try:
+        while True:
+            message = channel.inbox.get()
+            if message is None or isinstance(message, Shutdown):
+                return 0
+            if not isinstance(message, Execute):
+                log.error("worker %s ignored a %s message", config.worker_id, message.type)
+                continue
+            try:
+                result = runner.run(message)
+            except Cancelled:
+                # The cancel signal landed between the tool's end and our bookkeeping.
+                call = ToolCall(message.call_id, message.tool, message.arguments)
+                cancelled = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
+                result = Result(message.call_id, "cancelled", cancelled.to_dict())
+            channel.send(result)
+    finally:
+        runner.close()
+        channel.close()

@@ -1,0 +1,253 @@
+"""Running one call inside a worker: context, limits, cancellation, clean-up, usage.
+
+The tool runs in the worker's main thread, so that a signal reaches it: SIGTERM
+(cancel, SPEC D4) raises ``Cancelled`` in a plain function, or cancels the task of
+an ``async`` one — a tool that ignores SIGTERM is killed with its worker after the
+grace period; SIGXCPU (the per-call CPU allowance is spent) raises
+``LimitExceeded``. Whatever the tool started is ended after the call, orphans that
+called setsid included (the worker is their subreaper).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import msgpack
+
+from toolpool.cancel import Cancelled, CancelSource, CancelToken
+from toolpool.file_reads import RecordingRegister
+from toolpool.models import ErrorCode, ToolCall, ToolResult
+from toolpool.outcomes import result_from_exception, result_from_output
+from toolpool.protocol import Execute, Progress, Result
+from toolpool.registry import ToolRegistry
+from toolpool.sandbox import linux
+from toolpool.sandbox.limits import Limits, apply_call_limits, restore_call_limits
+from toolpool.sandbox.terminate import ProcessTree, terminate
+from toolpool.tool import ToolContext
+from toolpool.worker.channel import Channel
+
+# How long what a call left running gets between SIGTERM and SIGKILL.
+SWEEP_GRACE = 0.5
+
+
+class LimitExceeded(BaseException):
+    """Raised in a tool that spent its CPU allowance or printed past its output limit."""
+
+
+@dataclass(slots=True)
+class _Running:
+    call_id: str
+    loop: asyncio.AbstractEventLoop | None = None
+    task: asyncio.Future[Any] | None = None
+
+
+class _PrintedOutput(io.TextIOBase):
+    """What a tool prints: forwarded as progress, line by line, and counted against
+    the call's output limit."""
+
+    def __init__(self, forward: Any, limit: int) -> None:
+        self._forward = forward
+        self._limit = limit
+        self._size = 0
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._size += len(text)
+        if self._size > self._limit:
+            raise LimitExceeded(f"printed more than the output limit of {self._limit} bytes")
+        self._pending += text
+        if "\n" in self._pending:
+            complete, _, self._pending = self._pending.rpartition("\n")
+            self._forward(complete + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._forward(self._pending)
+            self._pending = ""
+
+
+class Runner:
+    """Runs the calls a worker receives, one at a time, in the main thread."""
+
+    def __init__(
+        self, registry: ToolRegistry, channel: Channel, *, limit_address_space: bool
+    ) -> None:
+        self.registry = registry
+        self.channel = channel
+        self.limit_address_space = limit_address_space
+        self._running: _Running | None = None
+        self._loop = asyncio.new_event_loop()
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        self._loop.close()
+
+    # -- signals -------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        # Installed before every call: a tool may have replaced them in the last one.
+        signal.signal(signal.SIGTERM, self._on_cancel)
+        signal.signal(signal.SIGXCPU, self._on_cpu_limit)
+
+    def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
+        running = self._running
+        if running is None:
+            return  # idle, or the call it was meant for has already ended
+        if running.loop is not None and running.task is not None:
+            running.loop.call_soon_threadsafe(running.task.cancel)
+            return
+        raise Cancelled(CancelSource.ABORT)
+
+    def _on_cpu_limit(self, signum: int, frame: FrameType | None) -> None:
+        if self._running is not None:
+            raise LimitExceeded("used up its CPU time limit")
+
+    # -- one call ------------------------------------------------------------------
+
+    def run(self, message: Execute) -> Result:
+        call = ToolCall(message.call_id, message.tool, message.arguments)
+        spec = self.registry.get(message.tool)
+        limits = Limits.from_dict(message.limits)
+        files = RecordingRegister(message.stamps)
+        token = CancelToken()
+        context = message.context
+        ctx = ToolContext(
+            call_id=call.id,
+            tool_name=call.name,
+            session_id=str(context.get("session_id", "")),
+            workspace=Path(context["workspace"]),
+            files=files,
+            extra_roots=tuple(Path(p) for p in context.get("extra_roots", ())),
+            allow_network=bool(context.get("allow_network", False)),
+            scratch_dir=Path(context["scratch_dir"]) if context.get("scratch_dir") else None,
+            cancel_token=token,
+            progress=lambda data: self.channel.send(Progress(call.id, data)),
+        )
+        started = time.monotonic()
+        cpu_before = _cpu_seconds()
+        _reset_peak_rss()
+        printed = _PrintedOutput(ctx.progress, limits.output_bytes)
+        stdout, stderr = sys.stdout, sys.stderr
+        status = "ok"
+        saved = None
+        try:
+            if spec is None:
+                raise LookupError(f'tool "{call.name}" is not loaded in this worker')
+            saved = apply_call_limits(limits, limit_address_space=self.limit_address_space)
+            self._arm()
+            sys.stdout = sys.stderr = printed
+            self._running = _Running(call.id)
+            if spec.is_async:
+                output = self._run_async(spec.execute_fn(call.arguments, ctx))
+            else:
+                output = spec.execute_fn(call.arguments, ctx)
+            self._running = None
+            printed.flush()
+            result = result_from_output(call, output)
+        except (Cancelled, asyncio.CancelledError):
+            self._running = None
+            token.cancel(CancelSource.ABORT)  # the tool's own threads look at it
+            status = "cancelled"
+            result = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
+        except LimitExceeded as exc:
+            self._running = None
+            status = "error"
+            result = ToolResult.error(call, ErrorCode.LIMIT_EXCEEDED, f"The tool {exc}.")
+        except MemoryError:
+            self._running = None
+            status = "error"
+            result = ToolResult.error(
+                call,
+                ErrorCode.LIMIT_EXCEEDED,
+                f"The tool ran out of memory (limit {limits.memory_bytes} bytes).",
+            )
+        except OSError as exc:
+            self._running = None
+            status = "error"
+            result = result_from_exception(call, exc)
+            if exc.errno == errno.EFBIG:
+                size = limits.file_size_bytes
+                text = f"The tool wrote past the file size limit ({size} bytes)."
+                result = ToolResult.error(call, ErrorCode.LIMIT_EXCEEDED, text)
+        except BaseException as exc:  # the tool's failure is a result, whatever it raised
+            self._running = None
+            status = "error"
+            result = result_from_exception(call, exc)
+        finally:
+            self._running = None
+            if os.getpid() != self._pid:
+                os._exit(0)  # a process the tool forked must not go on as a worker
+            sys.stdout, sys.stderr = stdout, stderr
+            if saved is not None:
+                restore_call_limits(saved)
+            swept = self._sweep()
+        if status == "ok" and result.is_error:
+            status = "error"
+        usage: dict[str, Any] = {
+            "wall_seconds": round(time.monotonic() - started, 6),
+            "cpu_seconds": round(_cpu_seconds() - cpu_before, 6),
+            "peak_rss_bytes": _peak_rss(),
+        }
+        if swept:
+            usage["ended_processes"] = swept
+        payload = result.to_dict()
+        size = len(msgpack.packb(payload, use_bin_type=True))
+        if size > limits.output_bytes:
+            status = "error"
+            payload = ToolResult.error(
+                call,
+                ErrorCode.LIMIT_EXCEEDED,
+                f"The result is {size} bytes, more than the output limit of "
+                f"{limits.output_bytes} bytes. Ask for less (a narrower query, an offset).",
+            ).to_dict()
+        return Result(call.id, status, payload, usage, files.changes_dict())
+
+    def _run_async(self, work: Any) -> Any:
+        task = self._loop.create_task(work)
+        assert self._running is not None
+        self._running.loop, self._running.task = self._loop, task
+        return self._loop.run_until_complete(task)
+
+    def _sweep(self) -> int:
+        """End every process the call left behind (SPEC D4); count them."""
+        report = terminate(ProcessTree(os.getpid(), include_root=False), grace=SWEEP_GRACE)
+        linux.reap_children()
+        return len(report.pids)
+
+
+def _cpu_seconds() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _reset_peak_rss() -> None:
+    """Reset VmHWM so that the next reading is this call's peak (Linux clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
