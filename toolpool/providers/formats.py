@@ -1,0 +1,219 @@
+"""The provider table, and reading calls whose format is not said.
+
+``PROVIDERS`` maps a provider name to its three conversions, so that a daemon or the
+CLI (``toolpool tools --format gemini``) picks one by name. ``parse_tool_calls``
+reads calls in any supported format, detecting it when not told; detection either
+finds exactly one format or raises, it never guesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from toolpool.models import JSONObject, ToolCall, ToolResult
+from toolpool.providers.anthropic import (
+    calls_from_anthropic,
+    results_to_anthropic,
+    tools_to_anthropic,
+)
+from toolpool.providers.gemini import calls_from_gemini, results_to_gemini, tools_to_gemini
+from toolpool.providers.mcp import results_to_mcp, tools_to_mcp
+from toolpool.providers.openai_chat import (
+    calls_from_openai_chat,
+    results_to_openai_chat,
+    tools_to_openai_chat,
+)
+from toolpool.providers.openai_responses import (
+    calls_from_openai_responses,
+    results_to_openai_responses,
+    tools_to_openai_responses,
+)
+from toolpool.providers.payload import as_list, as_object, kind_of, object_arguments
+from toolpool.registry import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """One provider's formats: tool definitions out, results out, calls in.
+
+    ``parse_calls`` is None for MCP: a ``tools/call`` request has no call id of its
+    own to pair a result with.
+    """
+
+    name: str
+    tools: Callable[[Iterable[ToolSpec]], list[JSONObject]]
+    results: Callable[[Iterable[ToolResult]], list[JSONObject] | JSONObject]
+    parse_calls: Callable[[Any], list[ToolCall]] | None
+
+
+PROVIDERS: Mapping[str, Provider] = MappingProxyType(
+    {
+        "openai": Provider(
+            "openai", tools_to_openai_chat, results_to_openai_chat, calls_from_openai_chat
+        ),
+        "openai-responses": Provider(
+            "openai-responses",
+            tools_to_openai_responses,
+            results_to_openai_responses,
+            calls_from_openai_responses,
+        ),
+        "anthropic": Provider(
+            "anthropic", tools_to_anthropic, results_to_anthropic, calls_from_anthropic
+        ),
+        "gemini": Provider("gemini", tools_to_gemini, results_to_gemini, calls_from_gemini),
+        "mcp": Provider("mcp", tools_to_mcp, results_to_mcp, None),
+    }
+)
+
+
+def provider(name: str) -> Provider:
+    """The provider called ``name``; ValueError listing the known names otherwise."""
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}") from None
+
+
+def definitions(specs: Iterable[ToolSpec], provider_name: str) -> list[JSONObject]:
+    """The tools' definitions in ``provider_name``'s format."""
+    return provider(provider_name).tools(specs)
+
+
+def results_to_provider(
+    results: Iterable[ToolResult], provider_name: str
+) -> list[JSONObject] | JSONObject:
+    """A turn's results (in call order) as ``provider_name`` wants them back."""
+    return provider(provider_name).results(results)
+
+
+def calls_from_toolpool(payload: Any) -> list[ToolCall]:
+    """Calls already in toolpool's shape: a ToolCall, or a list of ToolCalls or their
+    ``to_dict()`` form (``{"id", "name", "arguments", "arguments_error"?}``)."""
+    if isinstance(payload, ToolCall):
+        return [payload]
+    return [_toolpool_call(item, f"calls[{i}]") for i, item in enumerate(as_list(payload, "calls"))]
+
+
+def _toolpool_call(raw: object, where: str) -> ToolCall:
+    if isinstance(raw, ToolCall):
+        return raw
+    item = as_object(raw, where)
+    for key in ("id", "name"):
+        if not isinstance(item.get(key), str) or not item[key]:
+            raise ValueError(f"{where}.{key} must be a non-empty string, got {item.get(key)!r}")
+    error = item.get("arguments_error")
+    if error is not None and not isinstance(error, str):
+        raise ValueError(f"{where}.arguments_error must be a string, got {kind_of(error)}")
+    arguments = object_arguments(item.get("arguments", {}), f"{where}.arguments")
+    return ToolCall(item["id"], item["name"], arguments, error)
+
+
+_CALL_PARSERS: Mapping[str, Callable[[Any], list[ToolCall]]] = MappingProxyType(
+    {
+        "toolpool": calls_from_toolpool,
+        **{name: p.parse_calls for name, p in PROVIDERS.items() if p.parse_calls is not None},
+    }
+)
+CALL_FORMATS: tuple[str, ...] = tuple(_CALL_PARSERS)
+
+# Keys that only one format's messages or responses have.
+_MESSAGE_KEYS = {
+    "choices": "openai",
+    "tool_calls": "openai",
+    "output": "openai-responses",
+    "candidates": "gemini",
+    "parts": "gemini",
+}
+
+
+def parse_tool_calls(payload: Any, provider: str | None = None) -> list[ToolCall]:
+    """The tool calls in ``payload``, as toolpool ToolCalls.
+
+    ``provider`` is one of ``CALL_FORMATS`` ("toolpool", "openai",
+    "openai-responses", "anthropic", "gemini"); when None the format is detected
+    (see ``detect_call_format``). Malformed input raises ValueError saying what is
+    wrong where; arguments the model wrote that are not a JSON object do not raise,
+    they become that call's ``arguments_error`` (an error result at P5).
+    """
+    if provider is None:
+        detected = detect_call_format(payload)
+        if detected is None:
+            return []
+        provider = detected
+    try:
+        parse = _CALL_PARSERS[provider]
+    except KeyError:
+        raise ValueError(f"no call format {provider!r}; known: {', '.join(CALL_FORMATS)}") from None
+    return parse(payload)
+
+
+def detect_call_format(payload: Any) -> str | None:
+    """Which call format ``payload`` is in; None when it holds no call in any format.
+
+    A dict is recognised by keys only one format's messages have (``tool_calls`` or
+    ``choices``: OpenAI Chat; ``output``: Responses; ``candidates`` or ``parts``:
+    Gemini; a ``content`` list: Anthropic). A list by its call items (``tool_use``,
+    ``function_call``, ``{"type": "function", "function": …}``, ``functionCall``
+    parts, ToolCalls). Keys or items of two formats raise ValueError.
+    """
+    if isinstance(payload, ToolCall):
+        return "toolpool"
+    if isinstance(payload, Mapping):
+        return _message_format(payload)
+    if isinstance(payload, Sequence) and not isinstance(payload, str | bytes):
+        return _list_format(payload)
+    raise ValueError(f"tool calls come in a message (a dict) or a list, not a {kind_of(payload)}")
+
+
+def _message_format(payload: Mapping[str, Any]) -> str | None:
+    matched = {key: fmt for key, fmt in _MESSAGE_KEYS.items() if key in payload}
+    formats = sorted(set(matched.values()))
+    if len(formats) > 1:
+        raise ValueError(
+            f"ambiguous payload: its keys {sorted(matched)} belong to {' and '.join(formats)}; "
+            "pass provider="
+        )
+    if formats:
+        return formats[0]
+    content = payload.get("content")
+    if isinstance(content, list):
+        return "anthropic"
+    if "content" in payload and (content is None or isinstance(content, str)):
+        return None  # a message of text only, in either OpenAI's or Anthropic's shape
+    raise ValueError(
+        f"cannot tell the format of an object with keys {sorted(payload)}: expected an "
+        "assistant message, a model response or an output list"
+    )
+
+
+def _list_format(items: Sequence[Any]) -> str | None:
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        fmt = _item_format(item, i)
+        if fmt is not None:
+            first_seen.setdefault(fmt, i)
+    if len(first_seen) > 1:
+        seen = ", ".join(f"item {i} is {fmt}" for fmt, i in first_seen.items())
+        raise ValueError(f"the list mixes call formats ({seen}); pass provider=")
+    return next(iter(first_seen), None)
+
+
+def _item_format(item: Any, index: int) -> str | None:
+    if isinstance(item, ToolCall):
+        return "toolpool"
+    block = as_object(item, f"item {index}")
+    kind = block.get("type")
+    if kind == "tool_use":
+        return "anthropic"
+    if kind == "function_call":
+        return "openai-responses"
+    if "function" in block:
+        return "openai"
+    if "functionCall" in block:
+        return "gemini"
+    if kind is None and {"id", "name", "arguments"} <= block.keys():
+        return "toolpool"
+    return None
