@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The sections whose every id must be cited by a test's spec(...) marker.
-SECTIONS = ("T", "P", "S", "M")
+SECTIONS = ("T", "F", "P", "S", "M")
 
 
 def spec_path() -> Path:

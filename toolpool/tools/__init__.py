@@ -1,0 +1,46 @@
+"""The built-in tools (SPEC F1): read, glob, grep, ls, edit, write — and bash.
+
+Every one resolves paths against the session's workspace and refuses paths outside
+it and its extra roots (``paths.py``). read, edit and write share the session's
+file-read register: edit and write change only files read whole and unchanged since
+(F2, F3), and renew the stamp after writing (F5). ``docs/tools.md`` describes them.
+"""
+
+from toolpool.tools.bash import Bash, bash
+from toolpool.tools.edit import EditTool
+from toolpool.tools.glob import GlobTool
+from toolpool.tools.grep import GrepTool
+from toolpool.tools.ls import LsTool
+from toolpool.tools.read import ReadTool
+from toolpool.tools.write import WriteTool
+
+read_tool = ReadTool()
+glob_tool = GlobTool()
+grep_tool = GrepTool()
+ls_tool = LsTool()
+edit_tool = EditTool()
+write_tool = WriteTool()
+
+FILE_TOOLS = [read_tool, glob_tool, grep_tool, ls_tool, edit_tool, write_tool]
+BUILTIN_TOOLS = [*FILE_TOOLS, bash]
+TOOLS = BUILTIN_TOOLS  # what tools_in_module("toolpool.tools") loads
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "FILE_TOOLS",
+    "TOOLS",
+    "Bash",
+    "EditTool",
+    "GlobTool",
+    "GrepTool",
+    "LsTool",
+    "ReadTool",
+    "WriteTool",
+    "bash",
+    "edit_tool",
+    "glob_tool",
+    "grep_tool",
+    "ls_tool",
+    "read_tool",
+    "write_tool",
+]

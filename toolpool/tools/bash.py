@@ -1,0 +1,293 @@
+"""``bash``: run a shell command in the workspace, confined, streaming its output.
+
+The command runs as ``bash -c`` in its own process group, stdin from /dev/null, in
+the sandbox the machine offers (toolpool.sandbox.command: bubblewrap, Landlock,
+seccomp). Output streams as progress while it runs; the model gets at most
+``MAX_OUTPUT_CHARS`` (head and tail, with a marker) and the whole output stays in a
+spill file in the session's scratch directory. On timeout or cancel the whole
+process tree is ended — SIGTERM, a grace period, SIGKILL — children that called
+setsid or nohup included. A background process that keeps the output pipe open
+does not hold the call: once the shell exits, the pipe is drained for a bounded time.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from toolpool.cancel import Cancelled
+from toolpool.errors import ToolError
+from toolpool.sandbox.command import confined
+from toolpool.sandbox.terminate import ProcessGroup, ProcessTree, Together, terminate
+from toolpool.tool import Arguments, InterruptBehavior, ToolContext
+
+DEFAULT_TIMEOUT = 120
+MAX_TIMEOUT = 600
+MAX_OUTPUT_CHARS = 30_000
+KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when ending the command
+DRAIN_AFTER_EXIT = 1.0  # seconds to keep reading after the shell exited
+STREAM_INTERVAL = 0.1  # seconds between progress reports
+STREAM_LIMIT = 1_000_000  # characters streamed as progress; the rest only in the spill file
+_CHUNK = 65536
+
+DESCRIPTION = f"""\
+Runs a bash command in the workspace and returns its output (stdout and stderr
+interleaved) and exit code.
+
+Use it for things only a shell can do: building, running tests, git, package
+managers, running scripts. Do NOT use it to read, search or edit files: use read,
+grep, glob, ls, edit and write, which are faster, safer and keep the read-before-write
+record that edit and write need.
+
+- The working directory is the workspace root; each call starts a fresh shell
+  (cd and exported variables do not carry over to the next call).
+- stdin is empty: interactive commands (editors, pagers, prompts) cannot work. Pass
+  flags such as --yes or --no-pager.
+- timeout: seconds before the command is stopped (default {DEFAULT_TIMEOUT}, at most
+  {MAX_TIMEOUT}).
+- Output longer than {MAX_OUTPUT_CHARS} characters is cut in the middle; the full output
+  is saved to a file whose path the result gives (read it with read if you need it).
+- Everything the command starts, background processes included, is ended when the
+  command finishes or is stopped: do not rely on servers outliving the call.
+- Depending on the session, the network may be unavailable and only the workspace
+  writable.
+- Give a short description (5-10 words) of what the command does, e.g. "Run the unit
+  tests".
+"""
+
+
+class _Output:
+    """The command's output as it arrives: all of it to the spill file, the head and
+    tail kept for the model, fresh text streamed as progress now and then."""
+
+    def __init__(self, spill: Path, ctx: ToolContext) -> None:
+        self.spill_path = spill
+        self._spill = spill.open("w", encoding="utf-8", errors="replace")
+        self._ctx = ctx
+        self._head: list[str] = []
+        self._head_chars = 0
+        self._tail: deque[str] = deque()
+        self._tail_chars = 0
+        self.total_chars = 0
+        self._unsent: list[str] = []
+        self._streamed = 0
+        self._last_sent = time.monotonic()
+        self._lock = threading.Lock()
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            self._unsent.append(text)
+            self._spill.write(text)
+            self.total_chars += len(text)
+            half = MAX_OUTPUT_CHARS // 2
+            if self._head_chars < half:
+                take = text[: half - self._head_chars]
+                self._head.append(take)
+                self._head_chars += len(take)
+                text = text[len(take) :]
+            if text:
+                self._tail.append(text)
+                self._tail_chars += len(text)
+                while self._tail and self._tail_chars - len(self._tail[0]) >= half:
+                    self._tail_chars -= len(self._tail.popleft())
+        self.stream()
+
+    def stream(self, final: bool = False) -> None:
+        """Send what arrived since the last report, at most every STREAM_INTERVAL."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._unsent or (not final and now - self._last_sent < STREAM_INTERVAL):
+                return
+            chunk = "".join(self._unsent)
+            self._unsent.clear()
+            self._last_sent = now
+            if self._streamed >= STREAM_LIMIT:
+                return
+            if self._streamed + len(chunk) > STREAM_LIMIT:
+                chunk = chunk[: STREAM_LIMIT - self._streamed] + "\n[output streaming stopped]\n"
+            self._streamed += len(chunk)
+        if chunk:
+            self._ctx.report_progress(chunk)
+
+    def close(self) -> None:
+        self.stream(final=True)
+        self._spill.close()
+
+    def text(self) -> tuple[str, bool]:
+        """What the model sees, and whether it was cut."""
+        head = "".join(self._head)
+        if self.total_chars <= MAX_OUTPUT_CHARS:
+            return head + "".join(self._tail), False
+        tail = "".join(self._tail)[-(MAX_OUTPUT_CHARS // 2) :]
+        left_out = self.total_chars - len(head) - len(tail)
+        marker = f"\n\n... [{left_out} characters left out] ...\n\n"
+        return head + marker + tail, True
+
+
+def _read_output(fd: int, output: _Output, stop: threading.Event) -> None:
+    """Read the pipe until EOF, or until ``stop`` is set (the drain ran out)."""
+    decoder = _Utf8Decoder()
+    while not stop.is_set():
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if not ready:
+            output.stream()
+            continue
+        try:
+            data = os.read(fd, _CHUNK)
+        except OSError:
+            break
+        if not data:
+            break
+        output.add(decoder.decode(data))
+    output.add(decoder.decode(b"", final=True))
+
+
+class _Utf8Decoder:
+    """Incremental UTF-8 decoding: a character split across reads stays whole."""
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        return str(self._decoder.decode(data, final))
+
+
+class Bash:
+    name = "bash"
+    description = DESCRIPTION
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command to run."},
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_TIMEOUT,
+                "description": f"Seconds before it is stopped (default {DEFAULT_TIMEOUT}).",
+            },
+            "description": {
+                "type": "string",
+                "description": "What the command does, in 5-10 words.",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+
+    def label(self) -> str:
+        return "Bash"
+
+    def read_only(self, args: Arguments) -> bool:
+        return False  # a command can do anything; the kernel cannot tell ls from rm
+
+    def concurrency_safe(self, args: Arguments) -> bool:
+        return False
+
+    def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
+        return InterruptBehavior.CANCEL
+
+    def activity(self, args: Arguments) -> str:
+        command = " ".join(str(args.get("command", "")).split())
+        return f"Running: {command if len(command) <= 80 else command[:79] + '…'}"
+
+    def permissions(self) -> list[str]:
+        return ["exec", "read", "write", "network"]
+
+    def call_limits(self, args: Arguments) -> dict[str, Any]:
+        # The pool's wall-time limit must leave room for our own timeout and clean-up.
+        timeout = float(args.get("timeout") or DEFAULT_TIMEOUT)
+        return {"wall_seconds": timeout + KILL_GRACE + DRAIN_AFTER_EXIT + 5}
+
+    def execute(self, args: Arguments, ctx: ToolContext) -> str:
+        command = str(args["command"])
+        if not command.strip():
+            raise ToolError("The command is empty.")
+        timeout = min(float(args.get("timeout") or DEFAULT_TIMEOUT), MAX_TIMEOUT)
+        if ctx.scratch_dir is None:
+            raise ToolError("This session has no scratch directory for the command's output.")
+        spill_dir = ctx.scratch_dir / "bash"
+        spill_dir.mkdir(parents=True, exist_ok=True)
+        output = _Output(spill_dir / f"{ctx.call_id}.log", ctx)
+        env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+        with confined(
+            ["bash", "-c", command],
+            workspace=ctx.workspace,
+            writable=ctx.extra_roots,
+            network=ctx.allow_network,
+        ) as box:
+            process = subprocess.Popen(
+                box.argv,
+                cwd=ctx.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=box.pass_fds,
+                env=env,
+            )
+        assert process.stdout is not None
+        stop = threading.Event()
+        reader = threading.Thread(
+            target=_read_output, args=(process.stdout.fileno(), output, stop), daemon=True
+        )
+        reader.start()
+        group = Together(ProcessGroup(process.pid), ProcessTree(process.pid))
+        started = time.monotonic()
+        timed_out = False
+        try:
+            exit_code = self._wait(process, ctx, started + timeout)
+            if exit_code is None:
+                timed_out = True
+                terminate(group, grace=KILL_GRACE)
+                exit_code = process.wait()
+        except (Cancelled, KeyboardInterrupt):
+            terminate(group, grace=KILL_GRACE)
+            process.wait()
+            raise
+        finally:
+            # Background processes may hold the pipe: read on for a moment, then stop.
+            reader.join(DRAIN_AFTER_EXIT)
+            stop.set()
+            terminate(group, grace=KILL_GRACE)
+            reader.join()
+            process.stdout.close()
+            output.close()
+        text, cut = output.text()
+        lines = [text.rstrip("\n")] if text.strip() else ["(no output)"]
+        if timed_out:
+            lines.append(f"Command timed out after {timeout:g} s and was stopped.")
+        lines.append(f"Exit code: {exit_code}")
+        if cut:
+            lines.append(f"Full output ({output.total_chars} characters): {output.spill_path}")
+        if timed_out:
+            raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
+        return "\n".join(lines)
+
+    @staticmethod
+    def _wait(process: subprocess.Popen[bytes], ctx: ToolContext, deadline: float) -> int | None:
+        """The exit code, or None at the deadline. Raises Cancelled when the call is
+        cancelled (the worker raises it by signal; in-process we look at the token)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                return process.wait(min(remaining, 0.05))
+            except subprocess.TimeoutExpired:
+                if ctx.cancelled:
+                    source = ctx.cancel_token.source
+                    assert source is not None
+                    raise Cancelled(source) from None
+
+
+bash = Bash()

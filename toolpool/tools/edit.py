@@ -1,0 +1,211 @@
+"""The ``edit`` tool: exact string replacement in an existing file (SPEC F1), guarded
+by the read-before-write invariant (F3) and renewing its stamp after (F5)."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from toolpool.errors import ToolError
+from toolpool.tool import Arguments, ToolContext, ValidationResult
+from toolpool.tools.atomic import write_atomic
+from toolpool.tools.diff import unified_diff
+from toolpool.tools.near_miss import not_found_message
+from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
+from toolpool.tools.suggest import missing_file_message, similar_names
+from toolpool.tools.text import TextDocument, cut_line, line_of, split_lines
+
+# Lines of context around the change in the result, so the model can check it.
+_SNIPPET_CONTEXT = 3
+_MAX_SNIPPET_LINES = 30
+_MAX_LISTED_LINES = 10
+
+DESCRIPTION = """\
+Replace exact text in an existing file: old_string becomes new_string.
+
+- Read the whole file with read first in this session; edit refuses a file that \
+was not read, only partly read, or changed since (read it again then).
+- old_string must match the file exactly, whitespace and indentation included. \
+Copy it from read's output without the line-number prefix (the number and the tab).
+- old_string must occur exactly once, unless replace_all is true (then every \
+occurrence is replaced: handy for renaming). If it occurs more than once, add \
+surrounding lines to make it unique.
+- Write \\n for line breaks: a file's CRLF line endings and UTF-8 byte order mark are \
+kept as they are.
+- To create a file, or to rewrite most of one, use write.
+
+Prefer edit over write for changes to existing files, and over sed or echo in bash."""
+
+
+def _argument_problem(args: Arguments) -> str | None:
+    """What is wrong with the arguments themselves, before looking at any file."""
+    if args["old_string"] == args["new_string"]:
+        return "old_string and new_string are the same: the edit would change nothing."
+    if args["old_string"] == "":
+        return "old_string is empty. To create a file or replace all of it, use write."
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EditPlan:
+    """An edit worked out against a file's content, not yet written."""
+
+    old_text: str
+    new_text: str
+    data: bytes  # the new file bytes, BOM and line endings restored
+    count: int
+    first_line: int  # of the first replacement, in the new text
+    last_line: int
+
+
+def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
+    """Apply the edit to ``data`` (the file ``shown``) in memory; a ToolError that
+    helps when old_string is missing, ambiguous, or the arguments make no sense."""
+    problem = _argument_problem(args)
+    if problem:
+        raise ToolError(problem)
+    try:
+        doc = TextDocument.decode(data)
+    except UnicodeDecodeError:
+        raise ToolError(
+            f"{shown} is not UTF-8 text, and edit only changes UTF-8 files. "
+            "Use write to replace it whole."
+        ) from None
+    old, new = doc.normalise(args["old_string"]), doc.normalise(args["new_string"])
+    count = doc.text.count(old)
+    if count == 0:
+        raise ToolError(not_found_message(doc.text, old, shown))
+    replace_all = bool(args.get("replace_all", False))
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_string occurs {count} times in {shown} (lines "
+            f"{_match_lines(doc.text, old)}). Add surrounding lines to old_string to "
+            "pick one, or set replace_all to true to replace every one."
+        )
+    start = doc.text.index(old)
+    new_text = doc.text.replace(old, new, -1 if replace_all else 1)
+    try:
+        new_data = doc.encode(new_text)
+    except UnicodeEncodeError:
+        raise ToolError(
+            "new_string is not valid Unicode text (it holds a lone surrogate)."
+        ) from None
+    first = line_of(new_text, start)
+    return EditPlan(doc.text, new_text, new_data, count, first, first + new.count("\n"))
+
+
+def _match_lines(text: str, old: str) -> str:
+    lines: list[str] = []
+    at = text.find(old)
+    while at != -1 and len(lines) < _MAX_LISTED_LINES:
+        lines.append(str(line_of(text, at)))
+        at = text.find(old, at + len(old))
+    more = text.count(old) - len(lines)
+    return ", ".join(lines) + (f" and {more} more" if more > 0 else "")
+
+
+def _summary(plan: EditPlan, shown: str) -> str:
+    if plan.count > 1:
+        return f"Edited {shown}: replaced {plan.count} occurrences."
+    lines = split_lines(plan.new_text)
+    if not lines:
+        return f"Edited {shown}; the file is now empty."
+    first = max(plan.first_line - _SNIPPET_CONTEXT, 1)
+    last = min(plan.last_line + _SNIPPET_CONTEXT, len(lines), first + _MAX_SNIPPET_LINES - 1)
+    snippet = "\n".join(f"{n:>6}\t{cut_line(lines[n - 1])}" for n in range(first, last + 1))
+    return f"Edited {shown}. Lines {first}-{last} now read:\n{snippet}"
+
+
+class EditTool:
+    """Not read-only, not concurrency-safe (SPEC F1); validate enforces F3."""
+
+    name = "edit"
+    description = DESCRIPTION
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File to edit, relative to the workspace."},
+            "old_string": {"type": "string", "description": "The exact text to replace."},
+            "new_string": {"type": "string", "description": "The text to put in its place."},
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence of old_string. Default false.",
+            },
+        },
+        "required": ["path", "old_string", "new_string"],
+        "additionalProperties": False,
+    }
+
+    def label(self) -> str:
+        return "Edit"
+
+    def activity(self, args: Arguments) -> str:
+        return f"Editing {args.get('path', '')}"
+
+    def permissions(self) -> list[str]:
+        return ["write"]
+
+    def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
+        return [resolve(args["path"], ctx, Access.WRITE)]
+
+    def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
+        """Cheap checks only (T4): the path, the arguments, a stat, the register (F3)."""
+        try:
+            path = resolve(args["path"], ctx, Access.WRITE)
+        except ToolError as exc:
+            return ValidationResult.failed(exc.message)
+        problem = _argument_problem(args)
+        if problem:
+            return ValidationResult.failed(problem)
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            similar = similar_names(path, ctx)
+            hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
+            return ValidationResult.failed(
+                f"File does not exist: {display(path, ctx)}.{hint} edit changes existing "
+                "files; to create one, use write."
+            )
+        except OSError as exc:
+            return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
+        if not stat.S_ISREG(mode):
+            return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
+        return ctx.files.check_before_write(path)
+
+    def preview(self, args: Arguments, ctx: ToolContext) -> str:
+        """The unified diff the edit would make."""
+        path = resolve(args["path"], ctx, Access.WRITE)
+        shown = display(path, ctx)
+        plan = plan_edit(_current(path, ctx).data, args, shown)
+        return unified_diff(plan.old_text, plan.new_text, shown)
+
+    def execute(self, args: Arguments, ctx: ToolContext) -> str:
+        path = resolve(args["path"], ctx, Access.WRITE)
+        shown = display(path, ctx)
+        current = _current(path, ctx)
+        # F3 again, against the bytes about to be replaced: validate ran earlier.
+        ensure_unchanged_since_read(ctx, path, current.data)
+        plan = plan_edit(current.data, args, shown)
+        try:
+            written = write_atomic(path, plan.data)
+        except OSError as exc:
+            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+        record(ctx, path, Snapshot.written(plan.data, written), partial=False)  # F5
+        return _summary(plan, shown)
+
+
+def _current(path: Path, ctx: ToolContext) -> Snapshot:
+    """The file as it is now; a ToolError when it cannot be edited at all."""
+    shown = display(path, ctx)
+    try:
+        # Checked before opening: opening a named pipe would block.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ToolError(f"{shown} is not a regular file; edit changes files.")
+        return Snapshot.take(path)
+    except FileNotFoundError:
+        raise ToolError(f"{missing_file_message(path, ctx)} To create a file, use write.") from None
+    except OSError as exc:
+        raise ToolError(f"{shown} cannot be read: {exc.strerror}.") from None

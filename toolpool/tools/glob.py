@@ -1,0 +1,125 @@
+"""The ``glob`` tool: files by name pattern, newest first, through ``rg --files``."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from string import Template
+from typing import Any, ClassVar
+
+from toolpool.errors import ToolError
+from toolpool.tool import Arguments, ToolContext
+from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.ripgrep import run_ripgrep
+from toolpool.tools.suggest import existing
+
+DEFAULT_MAX_RESULTS = 100
+
+DESCRIPTION = Template(
+    """\
+Find files by name with a glob pattern, e.g. "**/*.py", "src/**/test_*.ts", \
+"*.{json,yaml}". Use it instead of find or ls -R in bash; to search file contents, \
+use grep.
+
+- Patterns follow .gitignore rules: a pattern without a slash matches file names at \
+any depth ("*.py" finds every Python file); one with a slash is relative to the \
+searched directory; "**" spans directories.
+- path: the directory to search (default: the workspace).
+- Files ignored by .gitignore are left out; hidden files are included, the .git \
+directory is not.
+- Matches come newest first (by modification time), at most $cap; the output says how \
+many more there were. Paths are relative to the workspace."""
+)
+
+
+class GlobTool:
+    """Read-only and concurrency-safe (SPEC F1). At most ``max_results`` paths."""
+
+    name = "glob"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": 'Glob pattern, e.g. "**/*.py".'},
+            "path": {
+                "type": "string",
+                "description": "Directory to search in. Default: the workspace.",
+            },
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, max_results: int = DEFAULT_MAX_RESULTS) -> None:
+        self.max_results = max_results
+        self.description = DESCRIPTION.substitute(cap=f"{max_results:,}")
+
+    def label(self) -> str:
+        return "Glob"
+
+    def activity(self, args: Arguments) -> str:
+        return f"Finding {args.get('pattern', '')}"
+
+    def permissions(self) -> list[str]:
+        return ["read"]
+
+    def read_only(self, args: Arguments) -> bool:
+        return True
+
+    def concurrency_safe(self, args: Arguments) -> bool:
+        return True
+
+    def execute(self, args: Arguments, ctx: ToolContext) -> str:
+        root = resolve(args.get("path") or ".", ctx, Access.READ)
+        if not stat.S_ISDIR(existing(root, ctx).st_mode):
+            raise ToolError(f"{display(root, ctx)} is a file, not a directory to search in.")
+        pattern = args["pattern"]
+        matched, problem = _list_files(root, ctx, [f"--glob={pattern}"])
+        if matched:
+            # rg lets a --glob match override .gitignore (for files whose directory is
+            # not ignored); keeping only files that plain `rg --files` lists makes
+            # .gitignore win, as this tool promises.
+            listed, listing_problem = _list_files(root, ctx, [])
+            matched = sorted(set(matched) & set(listed))
+            problem = problem or listing_problem
+        if not matched:
+            where = display(root, ctx)
+            found = f"No files match {pattern} in {'the workspace' if where == '.' else where}."
+            return f"{found}\n[rg: {problem}]" if problem else found
+        newest_first = sorted(matched, key=lambda rel: (-_mtime(root / rel), rel))
+        shown = newest_first[: self.max_results]
+        lines = [display(root / rel, ctx) for rel in shown]
+        if len(newest_first) > len(shown):
+            lines.append(
+                f"[{len(newest_first)} files match; showing the {len(shown)} most recently "
+                f"modified, {len(newest_first) - len(shown)} left out. Narrow the pattern "
+                "or the path to see them.]"
+            )
+        if problem:
+            lines.append(f"[rg: {problem}]")
+        return "\n".join(lines)
+
+
+def _list_files(root: Path, ctx: ToolContext, extra: list[str]) -> tuple[list[str], str]:
+    """The files ``rg --files`` lists under ``root`` (relative to it), and the error
+    rg reported for some of them (an unreadable directory…), if any."""
+    files: list[str] = []
+
+    def take(line: str) -> bool:
+        if line:
+            files.append(line)
+        return True
+
+    # No path argument: rg lists the working directory, with paths relative to it,
+    # and --glob patterns are anchored there.
+    outcome = run_ripgrep(["--files", *extra], root, ctx, take)
+    if outcome.code == 2 and not files:
+        raise ToolError(f"ripgrep failed: {outcome.stderr or 'exit code 2'}")
+    return files, outcome.stderr if outcome.code == 2 else ""
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:  # deleted since it was listed
+        return 0

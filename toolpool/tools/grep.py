@@ -1,0 +1,250 @@
+"""The ``grep`` tool: ripgrep's search, by running ``rg`` itself (SPEC F1)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from string import Template
+from typing import Any, ClassVar
+
+from toolpool.errors import ToolError
+from toolpool.tool import Arguments, ToolContext
+from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.ripgrep import RipgrepExit, run_ripgrep
+from toolpool.tools.suggest import existing
+from toolpool.tools.text import cut_line
+
+# About 8,000 tokens: enough for a useful answer, small enough to leave room to think.
+DEFAULT_MAX_OUTPUT_CHARS = 30_000
+MODES = ("files_with_matches", "content", "count")
+_CONTEXT_FLAGS = (("-C", "--context"), ("-B", "--before-context"), ("-A", "--after-context"))
+
+DESCRIPTION = Template(
+    """\
+Search file contents with a regular expression, using ripgrep (rg). Use it instead \
+of grep or rg in bash.
+
+- pattern: Rust regex syntax, like PCRE without look-around or backreferences. \
+Escape literal braces, dots and parentheses: "interface\\{\\}", "\\.get\\(".
+- output_mode: "files_with_matches" (default) lists the matching files, newest first; \
+"content" shows matching lines as path:line:text (line numbers with -n, on by \
+default; context lines with -A/-B/-C, shown as path-line-text); "count" gives the \
+number of matching lines per file.
+- Narrow the search with path (a file or directory; default: the workspace), glob \
+(e.g. "*.py", "src/**/*.{ts,tsx}") or type (an rg file type: py, js, ts, rust, go, \
+java…; faster than glob for standard types).
+- -i ignores case; multiline lets a pattern span lines, with "." matching newlines.
+- head_limit keeps only the first N lines (content) or entries (other modes).
+
+Files ignored by .gitignore are skipped; hidden files are searched, .git is not. \
+Output is capped at about $cap characters and says when it was cut: then narrow \
+the search rather than paging through it. Paths are relative to the workspace."""
+)
+
+
+class GrepTool:
+    """Read-only and concurrency-safe (SPEC F1). For the same flags, the matches are
+    rg's; the output is cut at ``max_output_chars``."""
+
+    name = "grep"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": "Regular expression to search for."},
+            "path": {
+                "type": "string",
+                "description": "File or directory to search. Default: the workspace.",
+            },
+            "glob": {
+                "type": "string",
+                "description": 'Only search files matching this glob (rg --glob), e.g. "*.py".',
+            },
+            "type": {
+                "type": "string",
+                "description": "Only search files of this rg type (rg --type), e.g. py.",
+            },
+            "output_mode": {
+                "type": "string",
+                "enum": list(MODES),
+                "description": 'What to show. Default "files_with_matches".',
+            },
+            "-i": {"type": "boolean", "description": "Case-insensitive search (rg -i)."},
+            "-n": {
+                "type": "boolean",
+                "description": 'Show line numbers (rg -n), "content" mode only. Default true.',
+            },
+            "-A": {
+                "type": "integer",
+                "minimum": 0,
+                "description": 'Lines to show after each match (rg -A), "content" mode only.',
+            },
+            "-B": {
+                "type": "integer",
+                "minimum": 0,
+                "description": 'Lines to show before each match (rg -B), "content" mode only.',
+            },
+            "-C": {
+                "type": "integer",
+                "minimum": 0,
+                "description": 'Lines to show around each match (rg -C), "content" mode only.',
+            },
+            "multiline": {
+                "type": "boolean",
+                "description": "Let the pattern span lines; . matches newlines (rg -U).",
+            },
+            "head_limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Only the first N output lines or entries.",
+            },
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS) -> None:
+        self.max_output_chars = max_output_chars
+        self.description = DESCRIPTION.substitute(cap=f"{max_output_chars:,}")
+
+    def label(self) -> str:
+        return "Grep"
+
+    def activity(self, args: Arguments) -> str:
+        return f"Searching for {args.get('pattern', '')}"
+
+    def permissions(self) -> list[str]:
+        return ["read"]
+
+    def read_only(self, args: Arguments) -> bool:
+        return True
+
+    def concurrency_safe(self, args: Arguments) -> bool:
+        return True
+
+    def execute(self, args: Arguments, ctx: ToolContext) -> str:
+        target = resolve(args.get("path") or ".", ctx, Access.READ)
+        searches_directory = stat.S_ISDIR(existing(target, ctx).st_mode)
+        # rg runs in the directory searched, with no path (or the file's name), so that
+        # globs are anchored there and its output paths are relative to it.
+        cwd = target if searches_directory else target.parent
+        mode = args.get("output_mode", "files_with_matches")
+        argv = [*_rg_flags(args, mode), "--", args["pattern"]]
+        if not searches_directory:
+            argv.append(target.name)
+        where = display(cwd, ctx)
+        prefix = "" if where == "." else f"{where}/"
+        output = _Output(self.max_output_chars, args.get("head_limit"))
+        if mode == "content":
+
+            def take(line: str) -> bool:
+                return output.add(line if line == "--" else prefix + cut_line(line))
+
+            outcome = run_ripgrep(argv, cwd, ctx, take)
+            header = ""
+        else:
+            entries: list[str] = []
+
+            def collect(line: str) -> bool:
+                entries.append(line)
+                return True
+
+            outcome = run_ripgrep(argv, cwd, ctx, collect)
+            if mode == "count":
+                header = _counts(entries, prefix, output)
+            else:
+                header = _files(entries, cwd, prefix, output)
+        return _finish(outcome, header, output, args["pattern"], display(target, ctx))
+
+
+def _rg_flags(args: Arguments, mode: str) -> list[str]:
+    """The rg flags that the tool's arguments stand for (before ``--`` and the pattern)."""
+    flags: list[str] = []
+    if args.get("-i"):
+        flags.append("--ignore-case")
+    if args.get("multiline"):
+        flags += ["--multiline", "--multiline-dotall"]
+    if args.get("glob"):
+        flags.append(f"--glob={args['glob']}")
+    if args.get("type"):
+        flags.append(f"--type={args['type']}")
+    if mode == "files_with_matches":
+        flags.append("--files-with-matches")
+    elif mode == "count":
+        flags += ["--count", "--with-filename"]
+    else:
+        # Sorted, so that the same search gives the same (and the same cut) output.
+        flags += ["--no-heading", "--with-filename", "--sort=path"]
+        flags.append("--line-number" if args.get("-n", True) else "--no-line-number")
+        flags += [f"{flag}={args[key]}" for key, flag in _CONTEXT_FLAGS if key in args]
+    return flags
+
+
+class _Output:
+    """Output lines up to a line limit and a character budget; remembers why it cut."""
+
+    def __init__(self, max_chars: int, max_lines: int | None) -> None:
+        self.lines: list[str] = []
+        self.max_chars = max_chars
+        self.max_lines = max_lines
+        self.chars = 0
+        self.cut: str | None = None
+
+    def add(self, line: str) -> bool:
+        """Keep ``line`` if it fits; False (and the reason kept) when it does not."""
+        if self.max_lines is not None and len(self.lines) >= self.max_lines:
+            self.cut = f"head_limit={self.max_lines}"
+        elif self.chars + len(line) + 1 > self.max_chars:
+            self.cut = f"the {self.max_chars:,}-character output limit"
+        else:
+            self.lines.append(line)
+            self.chars += len(line) + 1
+            return True
+        return False
+
+
+def _files(paths: list[str], cwd: Path, prefix: str, output: _Output) -> str:
+    """Fill ``output`` with the matching files, newest first; return the header."""
+
+    def newest_first(rel: str) -> tuple[int, str]:
+        try:
+            return -os.stat(cwd / rel).st_mtime_ns, rel
+        except OSError:  # deleted since rg saw it
+            return 0, rel
+
+    for rel in sorted(paths, key=newest_first):
+        if not output.add(prefix + rel):
+            break
+    return f"Found {len(paths)} {'file' if len(paths) == 1 else 'files'}" if paths else ""
+
+
+def _counts(lines: list[str], prefix: str, output: _Output) -> str:
+    """Fill ``output`` with path:count lines by path; return the header with the total."""
+    counts = sorted((rel, int(n)) for rel, _, n in (line.rpartition(":") for line in lines))
+    for rel, n in counts:
+        if not output.add(f"{prefix}{rel}:{n}"):
+            break
+    if not counts:
+        return ""
+    total = sum(n for _, n in counts)
+    return (
+        f"Found {total} matching lines in {len(counts)} {'file' if len(counts) == 1 else 'files'}"
+    )
+
+
+def _finish(outcome: RipgrepExit, header: str, output: _Output, pattern: str, where: str) -> str:
+    """The tool's text from rg's exit: 1 is no match, 2 an error (fatal only when rg
+    found nothing at all: an unreadable file must not hide the matches elsewhere)."""
+    if outcome.code == 2 and not output.lines:
+        raise ToolError(f"ripgrep failed: {outcome.stderr or 'exit code 2'}")
+    if not output.lines:
+        return f"No matches for {pattern} in {'the workspace' if where == '.' else where}."
+    text = "\n".join([header, *output.lines] if header else output.lines)
+    if output.cut is not None:
+        text += (
+            f"\n[Output cut at {output.cut}: there is more. Narrow the search with path, "
+            "glob, type or a more specific pattern.]"
+        )
+    if outcome.code == 2:
+        text += f"\n[rg reported errors: {outcome.stderr[:500]}]"
+    return text

@@ -1,0 +1,174 @@
+"""The ``read`` tool: a file's text with line numbers, an image, or a directory's
+entries (SPEC F1); every file read is stamped in the session's register (F2)."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+from pathlib import Path
+from typing import Any, ClassVar
+
+from toolpool.errors import ToolError
+from toolpool.models import ContentBlock, TextBlock
+from toolpool.tool import Arguments, ToolContext, image_block
+from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.stamps import Snapshot, record
+from toolpool.tools.suggest import missing_file_message
+from toolpool.tools.text import cut_line, split_lines
+from toolpool.tools.tree import list_tree
+
+DEFAULT_LIMIT = 2000
+# The whole file is read to hash it (F2), whatever part is shown.
+MAX_FILE_BYTES = 32 * 1024 * 1024
+# Model APIs take images up to 5 MB of base64, which is 3.75 MB of image.
+MAX_IMAGE_BYTES = 3_750_000
+MAX_DIRECTORY_ENTRIES = 1000
+# A NUL among the first bytes is how git, grep and ripgrep tell binary from text.
+_BINARY_SNIFF_BYTES = 8192
+
+DESCRIPTION = """\
+Read a file in the workspace. Text comes back with line numbers (cat -n style: the \
+number, a tab, the line); the numbers are not part of the file, so never copy them \
+into edit's old_string.
+
+- By default up to 2000 lines from the top; page through longer files with offset \
+(1-based line to start at) and limit (number of lines). The output says when the \
+file continues.
+- Lines longer than 2000 characters are cut.
+- Images (PNG, JPEG, GIF, WebP) come back as images you can look at.
+- A directory comes back as a list of its entries (use ls for a tree, glob to find \
+files by name).
+- Binary files cannot be read.
+- edit and write refuse to change an existing file until it has been read whole \
+(no offset/limit, or a range covering every line) in this session.
+
+Paths are relative to the workspace; absolute paths inside it work too. Prefer this \
+tool over cat, head or tail in bash. Several files can be read at once by calling \
+read several times in one turn."""
+
+
+class ReadTool:
+    """Read-only and concurrency-safe (SPEC F1)."""
+
+    name = "read"
+    description = DESCRIPTION
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "File or directory to read, relative to the workspace.",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Line number to start at (1-based). Default 1.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": f"Number of lines to read. Default {DEFAULT_LIMIT}.",
+            },
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+
+    def label(self) -> str:
+        return "Read"
+
+    def activity(self, args: Arguments) -> str:
+        return f"Reading {args.get('path', '')}"
+
+    def permissions(self) -> list[str]:
+        return ["read"]
+
+    def read_only(self, args: Arguments) -> bool:
+        return True
+
+    def concurrency_safe(self, args: Arguments) -> bool:
+        return True
+
+    def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
+        return [resolve(args["path"], ctx, Access.READ)]
+
+    def execute(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock]:
+        return self.execute_content(args, ctx)
+
+    def execute_content(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock]:
+        path = resolve(args["path"], ctx, Access.READ)
+        shown = display(path, ctx)
+        try:
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode):
+                return [TextBlock(_directory(path, shown, ctx))]
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(f"{shown} is not a regular file (a device, pipe or socket).")
+            if st.st_size > MAX_FILE_BYTES:
+                raise ToolError(
+                    f"{shown} is too large to read ({st.st_size:,} bytes; the limit is "
+                    f"{MAX_FILE_BYTES:,}). Search it with grep instead."
+                )
+            snapshot = Snapshot.take(path)
+        except FileNotFoundError:
+            raise ToolError(missing_file_message(path, ctx)) from None
+        except PermissionError:
+            raise ToolError(f"Permission denied: {shown} cannot be read.") from None
+        except OSError as exc:
+            raise ToolError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
+        return _file(path, shown, snapshot, args, ctx)
+
+
+def _directory(path: Path, shown: str, ctx: ToolContext) -> str:
+    tree = list_tree(path, ctx, max_entries=MAX_DIRECTORY_ENTRIES, max_depth=1)
+    if tree.total == 0:
+        return f"{shown} is an empty directory."
+    text = f"{shown} is a directory with {tree.total} entries:\n{tree.text}"
+    if tree.shown < tree.total:
+        text += f"\n[{tree.total - tree.shown} more entries not shown. Use glob to narrow.]"
+    return text
+
+
+def _file(
+    path: Path, shown: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
+) -> list[ContentBlock]:
+    data = snapshot.data
+    try:
+        image = image_block(data)
+    except ValueError:
+        image = None
+    if image is not None:
+        if len(data) > MAX_IMAGE_BYTES:
+            raise ToolError(
+                f"{shown} is an image too large to show ({len(data):,} bytes; the limit "
+                f"is {MAX_IMAGE_BYTES:,})."
+            )
+        record(ctx, path, snapshot, partial=False)
+        return [TextBlock(f"Image {shown} ({image.media_type}, {len(data):,} bytes)"), image]
+    if b"\0" in data[:_BINARY_SNIFF_BYTES]:
+        raise ToolError(
+            f"{shown} is a binary file ({len(data):,} bytes) and cannot be shown as text."
+        )
+    lines = split_lines(data.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace"))
+    if not lines:
+        record(ctx, path, snapshot, partial=False)
+        return [TextBlock(f"{shown} is empty.")]
+    offset = args.get("offset", 1)
+    limit = args.get("limit", DEFAULT_LIMIT)
+    if offset > len(lines):
+        raise ToolError(f"{shown} has {len(lines)} lines; offset {offset} is past its end.")
+    end = min(offset - 1 + limit, len(lines))
+    partial = offset > 1 or end < len(lines)
+    record(ctx, path, snapshot, partial=partial)
+    numbered = "\n".join(
+        f"{number:>6}\t{cut_line(line)}"
+        for number, line in enumerate(lines[offset - 1 : end], start=offset)
+    )
+    if not partial:
+        return [TextBlock(numbered)]
+    note = f"[Lines {offset}-{end} of {len(lines)} shown."
+    if end < len(lines):
+        note += f" The file continues: offset={end + 1} reads on."
+    note += f" edit and write need one read of the whole file (offset 1, limit ≥ {len(lines)}).]"
+    return [TextBlock(f"{numbered}\n\n{note}")]

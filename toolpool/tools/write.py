@@ -1,0 +1,121 @@
+"""The ``write`` tool: create a file or replace a whole file (SPEC F1), guarded by the
+read-before-write invariant for existing files (F3) and renewing its stamp (F5)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any, ClassVar
+
+from toolpool.errors import ToolError
+from toolpool.tool import Arguments, ToolContext, ValidationResult
+from toolpool.tools.atomic import write_atomic
+from toolpool.tools.diff import unified_diff
+from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
+from toolpool.tools.text import split_lines
+
+DESCRIPTION = """\
+Write a file: create it, or replace its whole content. Parent directories are \
+created as needed.
+
+- An existing file must have been read whole with read in this session first, and \
+not changed since; write refuses otherwise. A new file needs no read.
+- content is written as given, as UTF-8: exactly the text the file should hold.
+- To change part of an existing file, prefer edit: it sends only the change.
+
+Do not create documentation or README files unless asked to. Prefer this tool over \
+echo, cat or tee redirections in bash."""
+
+
+class WriteTool:
+    """Not read-only, not concurrency-safe (SPEC F1); validate enforces F3."""
+
+    name = "write"
+    description = DESCRIPTION
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "File to write, relative to the workspace.",
+            },
+            "content": {"type": "string", "description": "The file's complete new content."},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+
+    def label(self) -> str:
+        return "Write"
+
+    def activity(self, args: Arguments) -> str:
+        return f"Writing {args.get('path', '')}"
+
+    def permissions(self) -> list[str]:
+        return ["write"]
+
+    def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
+        return [resolve(args["path"], ctx, Access.WRITE)]
+
+    def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
+        """Cheap checks only (T4): the path, a stat, the register (F3)."""
+        try:
+            path = resolve(args["path"], ctx, Access.WRITE)
+        except ToolError as exc:
+            return ValidationResult.failed(exc.message)
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            return ValidationResult.passed()  # a new file needs no read (F3)
+        except OSError as exc:
+            return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
+        if not stat.S_ISREG(mode):
+            return ValidationResult.failed(f"{display(path, ctx)} exists and is not a file.")
+        return ctx.files.check_before_write(path)
+
+    def preview(self, args: Arguments, ctx: ToolContext) -> str:
+        """The unified diff from the current content (or from nothing) to the new."""
+        path = resolve(args["path"], ctx, Access.WRITE)
+        current = _current(path, ctx)
+        old = "" if current is None else current.data.decode("utf-8", errors="replace")
+        return unified_diff(old, args["content"], display(path, ctx), created=current is None)
+
+    def execute(self, args: Arguments, ctx: ToolContext) -> str:
+        path = resolve(args["path"], ctx, Access.WRITE)
+        shown = display(path, ctx)
+        current = _current(path, ctx)
+        # F3 again, against the bytes about to be replaced: validate ran earlier.
+        ensure_unchanged_since_read(ctx, path, None if current is None else current.data)
+        try:
+            data = args["content"].encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolError(
+                "content is not valid Unicode text (it holds a lone surrogate)."
+            ) from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            written = write_atomic(path, data)
+        except OSError as exc:
+            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+        record(ctx, path, Snapshot.written(data, written), partial=False)  # F5
+        count = len(split_lines(args["content"]))
+        size = f"{count} {'line' if count == 1 else 'lines'}, {len(data):,} bytes"
+        if current is None:
+            return f"Created {shown} ({size})."
+        return f"Replaced the content of {shown} ({size})."
+
+
+def _current(path: Path, ctx: ToolContext) -> Snapshot | None:
+    """The file as it is now, None when it does not exist; a ToolError when the path
+    holds something that is not a file."""
+    shown = display(path, ctx)
+    try:
+        # Checked before opening: opening a named pipe would block.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ToolError(f"{shown} exists and is not a file; write replaces files only.")
+        return Snapshot.take(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ToolError(f"{shown} cannot be read: {exc.strerror}.") from None
