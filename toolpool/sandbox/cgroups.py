@@ -121,6 +121,8 @@ class WorkerCgroup:
         for h, path in sorted(self.dirs.items(), key=lambda item: -item[0].version):
             for controller in h.controllers:
                 self.by_controller[controller] = path
+        self._written: dict[Path, str] = {}  # skip writes that change nothing (~100 µs each)
+        self._memory_files = self._memory_limit_files()
         self.kill_file = next(
             (p / "cgroup.kill" for h, p in self.dirs.items() if (p / "cgroup.kill").exists()),
             None,
@@ -138,33 +140,37 @@ class WorkerCgroup:
         for path in self.dirs.values():
             (path / "cgroup.procs").write_text(str(pid))
 
+    def _write(self, path: Path, value: str) -> None:
+        if self._written.get(path) != value:
+            path.write_text(value)
+            self._written[path] = value
+
     def _v1(self, controller: str) -> bool:
         path = self.by_controller.get(controller)
         return path is not None and not (path / "cgroup.controllers").exists()
 
-    def set_memory(self, limit: int) -> None:
+    def _memory_limit_files(self) -> list[Path]:
         path = self.by_controller.get("memory")
         if path is None:
-            return
+            return []
         if not self._v1("memory"):
-            (path / "memory.max").write_text(str(limit))
-            with contextlib.suppress(OSError):
-                (path / "memory.swap.max").write_text("0")
-            return
-        # memory+swap must stay >= memory: write in the order the change allows.
+            return [path / "memory.max"]
         files = [path / "memory.limit_in_bytes", path / "memory.memsw.limit_in_bytes"]
-        files = [f for f in files if f.exists()]
+        return [f for f in files if f.exists()]
+
+    def set_memory(self, limit: int) -> None:
+        # v1 memory+swap must stay >= memory: write in the order the change allows.
         try:
-            for f in files:
-                f.write_text(str(limit))
+            for f in self._memory_files:
+                self._write(f, str(limit))
         except OSError:
-            for f in reversed(files):
-                f.write_text(str(limit))
+            for f in reversed(self._memory_files):
+                self._write(f, str(limit))
 
     def set_pids(self, limit: int) -> None:
         path = self.by_controller.get("pids")
         if path is not None:
-            (path / "pids.max").write_text(str(limit))
+            self._write(path / "pids.max", str(limit))
 
     def set_cpu(self, cpus: float) -> None:
         path = self.by_controller.get("cpu")

@@ -36,6 +36,19 @@ def become_subreaper() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+def has_children() -> bool:
+    """Whether this process has any child, exited or not (one system call).
+
+    For a subreaper this answers for every descendant: an orphan is re-parented to
+    us, so no child means no descendant at all.
+    """
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def children(pid: int) -> list[int]:
     """The direct children of ``pid`` (every thread's), from /proc; [] when gone."""
     found: list[int] = []

@@ -93,9 +93,11 @@ class Runner:
         self._running: _Running | None = None
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
+        self._memory = _PeakMemory()
 
     def close(self) -> None:
         self._loop.close()
+        self._memory.close()
 
     # -- signals -------------------------------------------------------------------
 
@@ -140,7 +142,7 @@ class Runner:
         )
         started = time.monotonic()
         cpu_before = _cpu_seconds()
-        _reset_peak_rss()
+        self._memory.reset()
         printed = _PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
         status = "ok"
@@ -201,7 +203,7 @@ class Runner:
         usage: dict[str, Any] = {
             "wall_seconds": round(time.monotonic() - started, 6),
             "cpu_seconds": round(_cpu_seconds() - cpu_before, 6),
-            "peak_rss_bytes": _peak_rss(),
+            "peak_rss_bytes": self._memory.read(),
         }
         if swept:
             usage["ended_processes"] = swept
@@ -225,6 +227,8 @@ class Runner:
 
     def _sweep(self) -> int:
         """End every process the call left behind (SPEC D4); count them."""
+        if not linux.has_children():
+            return 0  # the common case, in one system call instead of a /proc walk
         report = terminate(ProcessTree(os.getpid(), include_root=False), grace=SWEEP_GRACE)
         linux.reap_children()
         return len(report.pids)
@@ -236,18 +240,31 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _reset_peak_rss() -> None:
-    """Reset VmHWM so that the next reading is this call's peak (Linux clear_refs 5)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
+class _PeakMemory:
+    """The process's peak resident memory per call: VmHWM, reset before each call
+    (clear_refs 5). The /proc files stay open: reading them again from offset 0 is
+    a fresh answer, without an open and a close per call."""
 
+    def __init__(self) -> None:
+        self._status = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self._clear: int | None = os.open("/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            self._clear = None
 
-def _peak_rss() -> int:
-    with open("/proc/self/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    def reset(self) -> None:
+        if self._clear is not None:
+            try:
+                os.pwrite(self._clear, b"5", 0)
+            except OSError:
+                self._clear = None
+
+    def read(self) -> int:
+        status = os.pread(self._status, 4096, 0)
+        at = status.find(b"VmHWM:")
+        return int(status[at + 6 : status.index(b"kB", at)]) * 1024 if at >= 0 else 0
+
+    def close(self) -> None:
+        os.close(self._status)
+        if self._clear is not None:
+            os.close(self._clear)
