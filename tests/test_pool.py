@@ -80,6 +80,11 @@ async def call(
     return result
 
 
+async def replaced(pool: WorkerPool, old_pid: int) -> None:
+    """Wait until the pool's one worker is a new process."""
+    await until(lambda: len(pool.worker_pids()) == 1 and old_pid not in pool.worker_pids().values())
+
+
 def needs(mechanism: str) -> pytest.MarkDecorator:
     mech = next(m for m in PROFILE.mechanisms if m.name == mechanism)
     return pytest.mark.skipif(not mech.active, reason=f"{mechanism} unavailable: {mech.detail}")
@@ -179,7 +184,7 @@ async def test_D2_misbehaving_tool_becomes_an_error_and_its_worker_is_replaced(
     assert result.error_code is code, result.text
     assert words in result.text
     # and a new worker takes the old one's place
-    await until(lambda: len(pool.worker_pids()) == 1 and old_pid not in pool.worker_pids().values())
+    await replaced(pool, old_pid)
     assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == "zombie"
     # and the coordinator keeps serving
     assert (await call(coordinator, workspace, "noop")).text == "ok"
@@ -191,6 +196,7 @@ async def test_D2_misbehaving_tool_becomes_an_error_and_its_worker_is_replaced(
 async def test_D3_memory_hog_is_stopped(make_pool: PoolFactory, workspace: Path) -> None:
     pool = await make_pool(min_workers=1, max_workers=1)
     coordinator = coordinator_on(pool)
+    (old_pid,) = pool.worker_pids().values()
     result = await call(coordinator, workspace, "hog_memory", megabytes=1024)
     assert result.is_error
     if PROFILE.active("cgroups") and "memory" in (
@@ -203,6 +209,7 @@ async def test_D3_memory_hog_is_stopped(make_pool: PoolFactory, workspace: Path)
         # RLIMIT_AS: the allocation fails inside the tool
         assert result.error_code is ErrorCode.LIMIT_EXCEEDED
         assert "ran out of memory" in result.text
+    await replaced(pool, old_pid)
     assert (await call(coordinator, workspace, "noop")).text == "ok"
 
 
@@ -213,10 +220,12 @@ async def test_D3_fork_bomb_meets_the_pids_limit(make_pool: PoolFactory, workspa
     if "pids" not in pool.cgroup_controllers:
         pytest.skip("no pids cgroup controller here: a fork bomb cannot be contained")
     coordinator = coordinator_on(pool)
+    (old_pid,) = pool.worker_pids().values()
     result = await call(coordinator, workspace, "fork_bomb")
     assert result.error_code is ErrorCode.EXECUTION_FAILED
     assert "Resource temporarily unavailable" in result.text
     assert result.details["usage"]["ended_processes"] >= LIMITS.processes // 2
+    await replaced(pool, old_pid)
     assert (await call(coordinator, workspace, "noop")).text == "ok"
 
 
@@ -224,8 +233,9 @@ async def test_D3_fork_bomb_meets_the_pids_limit(make_pool: PoolFactory, workspa
 async def test_D4_setsid_orphan_is_ended_after_the_call(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
-    pool = await make_pool()
+    pool = await make_pool(min_workers=1, max_workers=1)
     coordinator = coordinator_on(pool)
+    (old_pid,) = pool.worker_pids().values()
     result = await call(coordinator, workspace, "escape_setsid")
     assert result.text == "escaped"
     assert result.details["usage"]["ended_processes"] == 1
@@ -233,6 +243,29 @@ async def test_D4_setsid_orphan_is_ended_after_the_call(
         p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "1000"]
     ]
     assert sleepers == []
+    await replaced(pool, old_pid)  # a worker that needed cleaning up is not reused
+
+
+@pytest.mark.spec("D2")
+async def test_D2_workers_are_recycled_after_n_calls(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1, max_calls_per_worker=2)
+    coordinator = coordinator_on(pool)
+    workers = [(await call(coordinator, workspace, "noop")).details["worker"] for _ in range(5)]
+    assert workers == ["w1", "w1", "w2", "w2", "w3"]
+
+
+@pytest.mark.spec("D2")
+async def test_D2_workers_are_recycled_when_their_memory_grows(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1, max_worker_rss=1)
+    coordinator = coordinator_on(pool)
+    await asyncio.sleep(0.3)  # a heartbeat reports the worker's resident memory
+    first = (await call(coordinator, workspace, "noop")).details["worker"]
+    second = (await call(coordinator, workspace, "noop")).details["worker"]
+    assert first != second
 
 
 # --- limits seen from inside -----------------------------------------------------------
@@ -381,7 +414,7 @@ async def test_D4_term_ignoring_tool_is_killed_after_the_grace_period(
     assert result.error_code is ErrorCode.INTERRUPTED
     assert result.details["escalation"] == "killed"
     assert waited >= 0.5  # the grace period was given
-    await until(lambda: old_pid not in pool.worker_pids().values() and len(pool.worker_pids()) == 1)
+    await replaced(pool, old_pid)
 
 
 @pytest.mark.spec("D4")

@@ -12,9 +12,10 @@ How a call on a worker can end:
 - the worker dies (crash, exit, OOM kill, CPU hard limit) or stops heartbeating
   (hung): an error result naming the cause.
 
-A worker that was killed, died or whose call was cancelled or overran a limit is
-replaced; a worker is also recycled after ``max_calls_per_worker`` calls or when its
-memory grows past ``max_worker_rss``. The pool keeps ``min_workers`` alive.
+A worker that was killed or died, or whose call was cancelled, overran a limit or
+left processes behind, is replaced; a worker is also recycled after
+``max_calls_per_worker`` calls or when its memory grows past ``max_worker_rss``.
+The pool keeps ``min_workers`` alive.
 """
 
 from __future__ import annotations
@@ -374,7 +375,13 @@ class WorkerPool:
     def _answered(
         self, worker: Worker, result: Result, escalation: str | None = None
     ) -> PoolOutcome:
-        if result.status == "cancelled" or result.result.get("error_code") == "limit_exceeded":
+        # A call that was stopped, hit a limit, or left processes to clean up may have
+        # left the worker in a state no next call should inherit.
+        if (
+            result.status == "cancelled"
+            or result.result.get("error_code") == "limit_exceeded"
+            or result.usage.get("ended_processes")
+        ):
             self._retire(worker)
         return PoolOutcome(
             result.status,
