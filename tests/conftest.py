@@ -7,9 +7,42 @@ from pathlib import Path
 import psutil
 import pytest
 
+# Processes a fixture shared by several tests owns (a module's daemon): their subtrees
+# change under the tests (workers are replaced) and are checked when the fixture ends.
+SHARED_ROOTS: set[int] = set()
+
 
 def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            lineage = {p.pid for p in child.parents()} | {child.pid}
+        except psutil.Error:
+            continue
+        if not lineage & SHARED_ROOTS:
+            found.add(child.pid)
+    return found
+
+
+def _described(pids: set[int]) -> list[str]:
+    described = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                described.append(" ".join(process.cmdline()) or str(pid))
+        except psutil.Error:
+            continue
+    return described
+
+
+def assert_none_left(before: set[int], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    left = _descendants() - before
+    while _described(left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _descendants() - before
+    assert not _described(left), f"processes left behind: {_described(left)}"
 
 
 @pytest.fixture(autouse=True)
@@ -17,18 +50,7 @@ def no_process_left_behind() -> Iterator[None]:
     """Every test proves it leaves no process behind (STYLE habit 9)."""
     before = _descendants()
     yield
-    deadline = time.monotonic() + 5.0
-    left = _descendants() - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = {pid for pid in left if psutil.pid_exists(pid)} & _descendants()
-    described = []
-    for pid in left:
-        try:
-            described.append(" ".join(psutil.Process(pid).cmdline()) or str(pid))
-        except psutil.Error:
-            continue
-    assert not described, f"processes left behind: {described}"
+    assert_none_left(before)
 
 
 @pytest.fixture

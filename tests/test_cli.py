@@ -1,4 +1,5 @@
-"""The command line: the demo the README's first command runs."""
+"""The command line: the demo the README's first command runs, in-process here (the
+daemon's commands are tested against a real daemon in test_daemon.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 @pytest.mark.spec("P3", "P7", "P9", "M2")
 def test_demo_pushes_a_turn_through_the_pipeline_and_prints_its_events() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "toolpool", "demo"],
+        [sys.executable, "-m", "toolpool", "demo", "--in-process"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -19,12 +20,23 @@ def test_demo_pushes_a_turn_through_the_pipeline_and_prints_its_events() -> None
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    # the refused edit (F3), the read, the accepted edit with its diff, streamed progress
-    assert "c3 (validation_failed)" in out
-    assert "has not been read yet" in out
-    assert "+third note" in out
-    assert "c6 step 2/3 done" in out
-    assert "turn end: 6 results, 1 errors" in out
+    # parallel reads and greps, the edit's diff, streamed test output, the end
+    assert "✓ c2 calc/ops.py:6:    # TODO: handle overflow" in out
+    assert "-    # TODO: handle overflow" in out
+    assert "… c7 running test_mul" in out
+    assert "turn end: 7 results, 0 errors" in out
+
+
+def test_demo_without_a_daemon_says_how_to_start_one(tmp_path: object) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "toolpool", "demo", "--runtime-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "toolpool daemon start" in done.stdout
 
 
 def test_version_and_usage() -> None:

@@ -41,6 +41,7 @@ from toolpool.providers import (
 from toolpool.providers.payload import ARGUMENTS_PREVIEW_CHARS
 
 from .support import PNG_1X1, Picture, Probe
+from .worker_tools import lookup, write_note
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 PNG_B64 = base64.b64encode(PNG_1X1).decode()
@@ -48,28 +49,6 @@ PNG_B64 = base64.b64encode(PNG_1X1).decode()
 
 def fixture(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
-
-
-@tool(read_only=True, label="Look Up")
-def lookup(key: str) -> str:
-    """Look up a key.
-
-    Args:
-        key: The key to look up.
-    """
-    return f"value of {key}"
-
-
-@tool(permissions=["write"])
-def write_note(path: str, text: str, ctx: ToolContext) -> str:
-    """Write a note into the workspace.
-
-    Args:
-        path: File path relative to the workspace.
-        text: What to write.
-    """
-    (ctx.workspace / path).write_text(text)
-    return f"wrote {len(text)} characters to {path}"
 
 
 class Point(BaseModel):

@@ -1,4 +1,5 @@
-"""The README's Python example runs as written."""
+"""The README's Python examples run as written: the client ones against a real
+daemon, in a directory with a README.md, the embedding one on its own."""
 
 from __future__ import annotations
 
@@ -7,20 +8,39 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .daemon_support import daemon_env, running_daemon
+
 ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
 
 
-def test_readme_python_example_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    example = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)[0]
-    (tmp_path / "README.md").write_text("one two three four\n")
+def run(code: str, cwd: Path, env: dict[str, str]) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", example],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "1 False 4"
+    return done.stdout
+
+
+def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("# my project\n\nIt uses toolpool.\n")
+    with running_daemon(tmp_path) as daemon:
+        env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
+        blocking = run(EXAMPLES[0], project, env).splitlines()
+        asynchronous = run(EXAMPLES[1], project, env).splitlines()
+    assert blocking[-3:] == [
+        "1 ok Found 1 matching line in 1 file",
+        "2 ok      1\t# my project",
+        "3 ok hello from a sandbox",
+    ]
+    assert blocking[0] == "tool_start 1"
+    assert "turn_end" in blocking[-4]
+    assert asynchronous[0] == "tool_start"
+    assert asynchronous[-2:] == ["./", "  README.md"]
+
+
+def test_readme_embedding_example_runs(tmp_path: Path) -> None:
+    assert run(EXAMPLES[2], tmp_path, daemon_env(tmp_path)).splitlines() == ["4"]

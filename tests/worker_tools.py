@@ -18,6 +18,28 @@ from toolpool import ToolContext, tool
 from toolpool.sandbox.command import confined
 
 
+@tool(read_only=True, label="Look Up")
+def lookup(key: str) -> str:
+    """Look up a key.
+
+    Args:
+        key: The key to look up.
+    """
+    return f"value of {key}"
+
+
+@tool(permissions=["write"])
+def write_note(path: str, text: str, ctx: ToolContext) -> str:
+    """Write a note into the workspace.
+
+    Args:
+        path: File path relative to the workspace.
+        text: What to write.
+    """
+    (ctx.workspace / path).write_text(text)
+    return f"wrote {len(text)} characters to {path}"
+
+
 @tool(read_only=True)
 def noop() -> str:
     """Do nothing."""

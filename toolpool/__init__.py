@@ -1,10 +1,19 @@
 """toolpool: a tool-execution engine for AI coding agents.
 
-The public names of the tool contract and data model live here; the coordinator,
-worker and sandbox layers are subpackages.
+The public names of the tool contract, the data model and the client library live
+here; the coordinator, worker and sandbox layers are subpackages.
 """
 
 from toolpool.cancel import Cancelled, CancelSource
+from toolpool.client import (
+    AsyncClient,
+    Client,
+    ClientError,
+    ClientProtocolError,
+    ClientTimeout,
+    DaemonUnavailable,
+    RequestFailed,
+)
 from toolpool.errors import ToolDefinitionError, ToolError, ToolpoolError
 from toolpool.file_reads import FileReadRegister, FileReadStamp
 from toolpool.function_tool import FunctionTool, tool
@@ -38,9 +47,15 @@ from toolpool.tool import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncClient",
     "CancelSource",
     "Cancelled",
+    "Client",
+    "ClientError",
+    "ClientProtocolError",
+    "ClientTimeout",
     "ContentBlock",
+    "DaemonUnavailable",
     "ErrorCode",
     "Event",
     "FileReadRegister",
@@ -50,6 +65,7 @@ __all__ = [
     "InterruptBehavior",
     "MessageEnd",
     "MessageStart",
+    "RequestFailed",
     "TextBlock",
     "Tool",
     "ToolCall",

@@ -1,23 +1,198 @@
-"""The ``toolpool`` command."""
+"""The ``toolpool`` command.
+
+toolpool daemon [run|start|stop|status] [flags]   the daemon (foreground by default)
+toolpool demo [--in-process]                      one realistic turn, events live
+toolpool call NAME JSON [--workspace DIR]         one call, events live
+toolpool tools [--format openai|anthropic|…]      the tools' definitions
+toolpool status [--json]                          workers, queue, sessions, sandbox
+toolpool doctor                                   the sandbox this machine offers
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 import toolpool
 
+FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "mcp")
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+# --- daemon -----------------------------------------------------------------------------
+
+_DAEMON_FLAGS: list[tuple[str, dict[str, Any]]] = [
+    ("--config", {"type": Path, "help": "TOML configuration file"}),
+    ("--runtime-dir", {"type": Path, "help": "private directory for the socket and pid"}),
+    ("--tcp", {"help": "also listen on HOST:PORT (non-loopback needs CURVE keys)"}),
+    ("--min-workers", {"type": int}),
+    ("--max-workers", {"type": int}),
+    ("--max-tool-concurrency", {"type": int}),
+    ("--max-tool-errors", {"type": int}),
+    ("--tool-module", {"action": "append", "dest": "tool_modules", "help": "repeatable"}),
+    ("--sandbox-disable", {"action": "append", "dest": "sandbox_disabled"}),
+    ("--log-level", {"choices": ["debug", "info", "warning", "error"]}),
+    ("--log-file", {"type": Path}),
+]
+
+
+def _daemon_flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags = {}
+    for flag, options in _DAEMON_FLAGS:
+        dest = options.get("dest") or flag.lstrip("-").replace("-", "_")
+        flags[dest] = getattr(args, dest)
+    return flags
+
+
+def _daemon_argv(flags: dict[str, Any]) -> list[str]:
+    """The flags again, for the background daemon's command line."""
+    argv: list[str] = ["run"]
+    for flag, options in _DAEMON_FLAGS:
+        dest = options.get("dest") or flag.lstrip("-").replace("-", "_")
+        value = flags.get(dest)
+        if value is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            argv += [flag, str(item)]
+    return argv
+
+
+def _cmd_daemon(args: argparse.Namespace) -> int:
+    from toolpool.coordinator import daemon
+    from toolpool.coordinator.config import ConfigError, load_config
+
+    flags = _daemon_flags(args)
+    try:
+        config = load_config(flags)
+    except ConfigError as exc:
+        print(f"toolpool daemon: {exc}", file=sys.stderr)
+        return 2
+    match args.action:
+        case "start":
+            return daemon.start_background(config, _daemon_argv(flags))
+        case "stop":
+            return daemon.stop_background(config)
+        case "status":
+            return daemon.status_background(config)
+        case _:
+            return daemon.run_foreground(config)
+
+
+# --- client commands ----------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from toolpool.client import Client
+
+    return Client(args.endpoint, runtime_dir=args.runtime_dir)
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from toolpool.client import ClientError
     from toolpool.demo import run_demo
 
-    console = Console(highlight=False, soft_wrap=True)
-    results = asyncio.run(run_demo(console))
+    console = _console()
+    try:
+        results = run_demo(
+            console,
+            in_process=args.in_process,
+            endpoint=args.endpoint,
+            runtime_dir=args.runtime_dir,
+        )
+    except ClientError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 1
     return 0 if results else 1
+
+
+def _cmd_call(args: argparse.Namespace) -> int:
+    from toolpool.client import ClientError
+    from toolpool.console import render_event
+    from toolpool.models import ToolCall
+
+    try:
+        arguments = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        print(f"toolpool call: the arguments are not JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(arguments, dict):
+        print("toolpool call: the arguments must be a JSON object", file=sys.stderr)
+        return 2
+    console = _console()
+    try:
+        with _client(args) as client, client.session(args.workspace) as session:
+            turn = session.submit([ToolCall("call-1", args.name, arguments)])
+            for event in turn:
+                render_event(event, console)
+            (result,) = turn.results()
+    except ClientError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    if args.print_result:
+        print(result.text)
+    return 1 if result.is_error else 0
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    from toolpool.client import ClientError
+
+    try:
+        with _client(args) as client:
+            definitions = client.tools(args.format)
+    except ClientError as exc:
+        print(f"toolpool tools: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(definitions, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from toolpool.client import ClientError
+
+    try:
+        with _client(args) as client:
+            status = client.status()
+    except ClientError as exc:
+        print(f"toolpool status: {exc}", file=sys.stderr)
+        return 3
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    console = _console()
+    workers = ", ".join(f"{n} {state}" for state, n in status.get("workers", {}).items() if n)
+    console.print(
+        f"[bold]daemon[/] pid {status['pid']}, up {status['uptime_seconds']} s"
+        + (" [yellow](draining)[/]" if status["draining"] else "")
+    )
+    console.print(
+        f"[bold]workers[/] {workers or 'none'}; {status.get('queued_calls', 0)} calls queued"
+    )
+    console.print(
+        f"[bold]limits[/] max_tool_concurrency {status['max_tool_concurrency']}, "
+        f"max_tool_errors {status['max_tool_errors']}"
+    )
+    console.print(f"[bold]sessions[/] {len(status['sessions'])}, clients {status['clients']}")
+    for session_id, info in status["sessions"].items():
+        failing = ", ".join(f"{t}: {n}" for t, n in info["breaker_failures"].items()) or "none"
+        opened = ", ".join(info["open_breakers"]) or "none"
+        console.print(
+            f"  {session_id} {info['workspace']}: {info['turns']} turns, failures {failing}, "
+            f"breakers open: {opened}"
+        )
+    console.print("[bold]sandbox[/]")
+    for name, mechanism in status.get("sandbox", {}).items():
+        mark = "[green]on [/]" if mechanism["active"] else "[yellow]off[/]"
+        console.print(f"  {mark} {name}: {mechanism['detail']}")
+    return 0
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -26,7 +201,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     from toolpool.sandbox import SandboxProfile
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = _console()
     profile = SandboxProfile.probe()
     console.print("[bold]sandbox profile[/] (strongest available is applied):")
     for line in profile.describe():
@@ -37,14 +212,54 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- the parser ---------------------------------------------------------------------------
+
+
+def _client_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint", help="the daemon's endpoint (default: this user's daemon)")
+    parser.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolpool", description="A tool-execution engine for AI coding agents."
     )
     parser.add_argument("--version", action="version", version=f"toolpool {toolpool.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    demo = commands.add_parser("demo", help="push one realistic turn through the pipeline")
+
+    daemon = commands.add_parser("daemon", help="run the daemon, or start/stop/status it")
+    daemon.add_argument(
+        "action", nargs="?", default="run", choices=["run", "start", "stop", "status"]
+    )
+    for flag, options in _DAEMON_FLAGS:
+        daemon.add_argument(flag, **options)
+    daemon.set_defaults(handler=_cmd_daemon)
+
+    demo = commands.add_parser("demo", help="one realistic turn with its events shown live")
+    demo.add_argument(
+        "--in-process", action="store_true", help="run without a daemon (tools in-process)"
+    )
+    _client_flags(demo)
     demo.set_defaults(handler=_cmd_demo)
+
+    call = commands.add_parser("call", help="run one call through the daemon")
+    call.add_argument("name")
+    call.add_argument("arguments", help="the arguments, a JSON object")
+    call.add_argument("--workspace", default=".", help="the session's workspace (default: .)")
+    call.add_argument("--print-result", action="store_true", help="print the result's text")
+    _client_flags(call)
+    call.set_defaults(handler=_cmd_call)
+
+    tools = commands.add_parser("tools", help="list the tools' definitions")
+    tools.add_argument("--format", choices=FORMATS, default="toolpool")
+    _client_flags(tools)
+    tools.set_defaults(handler=_cmd_tools)
+
+    status = commands.add_parser("status", help="the daemon's workers, queue and sessions")
+    status.add_argument("--json", action="store_true")
+    _client_flags(status)
+    status.set_defaults(handler=_cmd_status)
+
     doctor = commands.add_parser("doctor", help="show the sandbox profile this machine offers")
     doctor.set_defaults(handler=_cmd_doctor)
     return parser

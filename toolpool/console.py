@@ -26,8 +26,14 @@ def _short(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_event(event: Event, console: Console) -> None:
-    """Print one event as one line (a preview as its own block)."""
+def render_event(event: Event | Any, console: Console) -> None:
+    """Print one event as one line (a preview as its own block); also an approval
+    request the client passes along (``toolpool.client.ApprovalRequested``)."""
+    if getattr(event, "type", None) == "approval_request":
+        approval: Any = event
+        state = "answered" if approval.answered else "waiting for an answer"
+        console.print(f"[yellow]  ? {approval.call.id} approve {approval.label}?[/] ({state})")
+        return
     match event:
         case ToolStart():
             activity = f" [dim]{escape(event.activity)}[/]" if event.activity else ""

@@ -1,14 +1,14 @@
-"""A realistic turn pushed through the pipeline, its events printed as they happen.
+"""A realistic turn through the daemon (or in-process), its events shown live.
 
-The demo tools work on a scratch workspace: parallel reads, a call with a
-coercible argument, an edit refused before its file was read (F3) then accepted,
-and a slow command that streams progress.
+The scratch workspace is a tiny Python project. One turn: a glob, two greps and two
+reads fan out side by side; an edit (with its diff as a preview) runs alone after
+them — the reads before it stamped the file, so read-before-write is satisfied; then
+a bash command runs the project's tests and streams their output.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import tempfile
 import time
 from pathlib import Path
@@ -16,109 +16,100 @@ from pathlib import Path
 from rich.console import Console
 
 from toolpool.console import render_event
-from toolpool.coordinator import Coordinator
-from toolpool.file_reads import FileReadStamp
-from toolpool.function_tool import tool
 from toolpool.models import ToolCall, ToolResult
-from toolpool.tool import ToolContext, ValidationResult
+
+PROJECT = {
+    "README.md": "# calc\n\nA tiny calculator.\n",
+    "calc/__init__.py": "",
+    "calc/ops.py": (
+        "def add(a, b):\n    return a + b\n\n\n"
+        "def mul(a, b):\n    # TODO: handle overflow\n    return a * b\n"
+    ),
+    "tests/test_ops.py": (
+        "from calc.ops import add, mul\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_mul():\n    assert mul(2, 3) == 6\n"
+    ),
+}
+
+RUN_TESTS = (
+    "for t in test_add test_mul; do "
+    'echo "running $t"; python3 -c "from tests.test_ops import $t; $t()" && echo "  ok"; '
+    "sleep 0.3; done"
+)
+
+CALLS = [
+    ToolCall("c1", "glob", {"pattern": "**/*.py"}),
+    ToolCall("c2", "grep", {"pattern": "TODO", "output_mode": "content"}),
+    ToolCall("c3", "grep", {"pattern": "def ", "output_mode": "count"}),
+    ToolCall("c4", "read", {"path": "calc/ops.py"}),
+    ToolCall("c5", "read", {"path": "README.md"}),
+    ToolCall(
+        "c6",
+        "edit",
+        {
+            "path": "calc/ops.py",
+            "old_string": "    # TODO: handle overflow\n",
+            "new_string": "",
+        },
+    ),
+    ToolCall("c7", "bash", {"command": RUN_TESTS, "description": "Run the tests"}),
+]
 
 
-@tool(read_only=True, label="Read")
-def read_file(path: str, ctx: ToolContext) -> str:
-    """Read a text file of the workspace.
-
-    Args:
-        path: File path relative to the workspace.
-    """
-    target = ctx.workspace / path
-    data = target.read_bytes()
-    ctx.files.record(target, FileReadStamp.of(target, data, partial=False))
-    return data.decode()
+def make_workspace(root: Path) -> None:
+    for name, text in PROJECT.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
-@tool(read_only=True, label="Count lines")
-def count_lines(path: str, ctx: ToolContext) -> int:
-    """Count the lines of a file of the workspace.
-
-    Args:
-        path: File path relative to the workspace.
-    """
-    return len((ctx.workspace / path).read_text().splitlines())
-
-
-def _check_read(args: dict[str, object], ctx: ToolContext) -> ValidationResult:
-    return ctx.files.check_before_write(ctx.workspace / str(args["path"]))
-
-
-def _diff(args: dict[str, object], ctx: ToolContext) -> str:
-    target = ctx.workspace / str(args["path"])
-    old = target.read_text()
-    new = old + str(args["line"]) + "\n"
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
-        f"a/{args['path']}",
-        f"b/{args['path']}",
-    )
-    return "".join(lines)
-
-
-@tool(label="Append line", validate=_check_read, preview=_diff)
-def append_line(path: str, line: str, ctx: ToolContext) -> str:
-    """Append one line to a file the session has read.
-
-    Args:
-        path: File path relative to the workspace.
-        line: The line to append, without its newline.
-    """
-    target = ctx.workspace / path
-    with target.open("a") as f:
-        f.write(line + "\n")
-    data = target.read_bytes()
-    ctx.files.record(target, FileReadStamp.of(target, data, partial=False))
-    return f"appended 1 line to {path}"
-
-
-@tool(label="Run steps", interrupt_behavior="cancel", activity="Running {steps} steps")
-async def run_steps(steps: int, ctx: ToolContext) -> str:
-    """Run a slow job of a few steps, reporting each one.
-
-    Args:
-        steps: How many steps to run.
-    """
-    for i in range(1, steps + 1):
-        await asyncio.sleep(0.15)
-        ctx.report_progress(f"step {i}/{steps} done")
-    return f"{steps} steps done"
-
-
-DEMO_TOOLS = [read_file, count_lines, append_line, run_steps]
-
-
-def _make_workspace(root: Path) -> None:
-    (root / "README.md").write_text("# demo\n\nA scratch project.\n")
-    (root / "notes.txt").write_text("first note\nsecond note\n")
-    (root / "main.py").write_text("print('hello')\n")
-
-
-async def run_demo(console: Console) -> tuple[ToolResult, ...]:
+def run_demo(
+    console: Console,
+    *,
+    in_process: bool = False,
+    endpoint: str | None = None,
+    runtime_dir: Path | None = None,
+) -> tuple[ToolResult, ...]:
     with tempfile.TemporaryDirectory(prefix="toolpool-demo-") as tmp:
         root = Path(tmp)
-        _make_workspace(root)
-        coordinator = Coordinator(DEMO_TOOLS, max_tool_concurrency=4)
-        session = coordinator.open_session(root)
-        calls = [
-            ToolCall("c1", "count_lines", {"path": "README.md"}),
-            ToolCall("c2", "count_lines", {"path": "main.py"}),
-            ToolCall("c3", "append_line", {"path": "notes.txt", "line": "third note"}),
-            ToolCall("c4", "read_file", {"path": "notes.txt"}),
-            ToolCall("c5", "append_line", {"path": "notes.txt", "line": "third note"}),
-            ToolCall("c6", "run_steps", {"steps": "3"}),
-        ]
-        console.print(f"[bold]toolpool demo[/] — workspace {root}, {len(calls)} calls in one turn")
-        started = time.perf_counter()
-        results = await coordinator.run_turn(
-            session, calls, on_event=lambda e: render_event(e, console)
+        make_workspace(root)
+        where = "in-process" if in_process else "through the daemon"
+        console.print(
+            f"[bold]toolpool demo[/] — {len(CALLS)} calls in one turn, {where}, workspace {root}"
         )
-        console.print(f"[dim]turn took {(time.perf_counter() - started) * 1000:.0f} ms[/]")
+        started = time.perf_counter()
+        results = (
+            _in_process(root, console)
+            if in_process
+            else _through_daemon(root, console, endpoint, runtime_dir)
+        )
+        elapsed = (time.perf_counter() - started) * 1000
+        console.print(f"[dim]turn took {elapsed:.0f} ms[/]")
         return results
+
+
+def _through_daemon(
+    root: Path, console: Console, endpoint: str | None, runtime_dir: Path | None
+) -> tuple[ToolResult, ...]:
+    from toolpool.client import Client
+
+    with Client(endpoint, runtime_dir=runtime_dir) as client, client.session(root) as session:
+        turn = session.submit(CALLS)
+        for event in turn:
+            render_event(event, console)
+        return turn.results()
+
+
+def _in_process(root: Path, console: Console) -> tuple[ToolResult, ...]:
+    from toolpool.coordinator import Coordinator
+    from toolpool.tools import BUILTIN_TOOLS
+
+    coordinator = Coordinator(BUILTIN_TOOLS)
+    session = coordinator.open_session(root)
+    try:
+        return asyncio.run(
+            coordinator.run_turn(session, CALLS, on_event=lambda e: render_event(e, console))
+        )
+    finally:
+        coordinator.close_session(session)

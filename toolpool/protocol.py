@@ -43,6 +43,24 @@ class MessageType(StrEnum):
     SPAWN = "spawn"
     SPAWNED = "spawned"
     EXITED = "exited"
+    # client ⇄ daemon
+    HELLO = "hello"
+    WELCOME = "welcome"
+    OPEN_SESSION = "open_session"
+    SESSION_OPENED = "session_opened"
+    CLOSE_SESSION = "close_session"
+    SUBMIT = "submit"
+    ACCEPTED = "accepted"
+    TURN_EVENT = "turn_event"
+    STEER = "steer"
+    APPROVAL_REQUEST = "approval_request"
+    APPROVAL_REPLY = "approval_reply"
+    STATUS = "status"
+    TOOLS = "tools"
+    REPLY = "reply"
+    ERROR = "error"
+    PING = "ping"
+    BYE = "bye"
 
 
 # --- coordinator ⇄ worker --------------------------------------------------------------
@@ -165,13 +183,250 @@ class Exited:
     signal: int | None = None
 
 
+# --- client ⇄ daemon ---------------------------------------------------------------------
+# Every request carries a ``request_id`` chosen by the client; the daemon's answer
+# (the reply named in the docstring, or ``Error``) carries the same id.
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Client → daemon, first: the handshake. Answer: ``Welcome``, or ``Error`` with
+    code "version" when the versions differ."""
+
+    type: ClassVar[MessageType] = MessageType.HELLO
+    request_id: str
+    version: int = PROTOCOL_VERSION
+    client: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """Daemon → client: the handshake's answer, with the daemon's pid and version."""
+
+    type: ClassVar[MessageType] = MessageType.WELCOME
+    request_id: str
+    version: int
+    daemon_pid: int
+    tools: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSession:
+    """Client → daemon: open a session on ``workspace``. Answer: ``SessionOpened``.
+
+    ``options``: extra_roots, allow_network, max_tool_errors, limits, gate ("allow",
+    "ask", "policy"), policy (rules), approval_timeout, max_tool_concurrency.
+    """
+
+    type: ClassVar[MessageType] = MessageType.OPEN_SESSION
+    request_id: str
+    workspace: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpened:
+    type: ClassVar[MessageType] = MessageType.SESSION_OPENED
+    request_id: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSession:
+    """Client → daemon: end a session (its running turns are aborted). Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.CLOSE_SESSION
+    request_id: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Client → daemon: a turn. Answer: ``Accepted``, then its ``TurnEvent``s, the last
+    of which is ``turn_end``.
+
+    ``calls`` is a list of ToolCall dicts when ``format`` is "toolpool", else model
+    output in that provider's shape ("openai", "openai-responses", "anthropic",
+    "gemini"), or None to detect it.
+    """
+
+    type: ClassVar[MessageType] = MessageType.SUBMIT
+    request_id: str
+    session_id: str
+    calls: Any
+    format: str | None = "toolpool"
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Daemon → client: the turn is queued; these are its calls' ids, in order."""
+
+    type: ClassVar[MessageType] = MessageType.ACCEPTED
+    request_id: str
+    turn_id: str
+    call_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEvent:
+    """Daemon → client: one event of a turn (``Event.to_dict()``). No answer."""
+
+    type: ClassVar[MessageType] = MessageType.TURN_EVENT
+    turn_id: str
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Steer:
+    """Client → daemon: "interrupt" (the user sent a message, S4) or "abort" (S5) the
+    session's unfinished turns. Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.STEER
+    request_id: str
+    session_id: str
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """Daemon → client: the gate asks (P8). Answer: ``ApprovalReply`` within
+    ``timeout`` seconds, or the call is denied."""
+
+    type: ClassVar[MessageType] = MessageType.APPROVAL_REQUEST
+    approval_id: str
+    session_id: str
+    turn_id: str
+    call: dict[str, Any]
+    label: str
+    preview: Any
+    read_only: bool
+    permissions: list[str]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalReply:
+    """Client → daemon: the user's decision on an ``ApprovalRequest``. No answer."""
+
+    type: ClassVar[MessageType] = MessageType.APPROVAL_REPLY
+    approval_id: str
+    allowed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Client → daemon: how are you? Answer: ``Reply`` with workers, queue, sessions,
+    breaker states and the sandbox profile."""
+
+    type: ClassVar[MessageType] = MessageType.STATUS
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """Client → daemon: the tools' definitions in ``format`` ("toolpool", "openai",
+    "openai-responses", "anthropic", "gemini", "mcp"). Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.TOOLS
+    request_id: str
+    format: str = "toolpool"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Daemon → client: a request succeeded; ``data`` depends on the request."""
+
+    type: ClassVar[MessageType] = MessageType.REPLY
+    request_id: str
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Daemon → client: a request failed (``request_id`` is None when the daemon could
+    not even read it). ``code``: "protocol", "version", "unknown_session",
+    "bad_request", "shutting_down", "internal"."""
+
+    type: ClassVar[MessageType] = MessageType.ERROR
+    request_id: str | None
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Daemon → client, now and then: are you there? No answer (a failed send tells)."""
+
+    type: ClassVar[MessageType] = MessageType.PING
+
+
+@dataclass(frozen=True, slots=True)
+class Bye:
+    """Client → daemon: the client is closing; its sessions end. No answer."""
+
+    type: ClassVar[MessageType] = MessageType.BYE
+
+
 Message: TypeAlias = (
-    Ready | Execute | Progress | Result | Heartbeat | Shutdown | Spawn | Spawned | Exited
+    Ready
+    | Execute
+    | Progress
+    | Result
+    | Heartbeat
+    | Shutdown
+    | Spawn
+    | Spawned
+    | Exited
+    | Hello
+    | Welcome
+    | OpenSession
+    | SessionOpened
+    | CloseSession
+    | Submit
+    | Accepted
+    | TurnEvent
+    | Steer
+    | ApprovalRequest
+    | ApprovalReply
+    | Status
+    | Tools
+    | Reply
+    | Error
+    | Ping
+    | Bye
 )
 
 _CLASSES: dict[str, type[Any]] = {
     cls.type.value: cls
-    for cls in (Ready, Execute, Progress, Result, Heartbeat, Shutdown, Spawn, Spawned, Exited)
+    for cls in (
+        Ready,
+        Execute,
+        Progress,
+        Result,
+        Heartbeat,
+        Shutdown,
+        Spawn,
+        Spawned,
+        Exited,
+        Hello,
+        Welcome,
+        OpenSession,
+        SessionOpened,
+        CloseSession,
+        Submit,
+        Accepted,
+        TurnEvent,
+        Steer,
+        ApprovalRequest,
+        ApprovalReply,
+        Status,
+        Tools,
+        Reply,
+        Error,
+        Ping,
+        Bye,
+    )
 }
 _FIELDS: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {
     cls: dataclasses.fields(cls) for cls in _CLASSES.values()
@@ -224,10 +479,14 @@ def _check_types(message: Any) -> None:
 _EXPECTED: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),
+    "bool": (bool,),
+    "float": (int, float),
+    "list[str]": (list,),
     "dict[str, Any]": (dict,),
     "dict[str, dict[str, Any]]": (dict,),
     "dict[str, dict[str, Any] | None]": (dict,),
     "int | None": (int, type(None)),
+    "str | None": (str, type(None)),
 }
 
 

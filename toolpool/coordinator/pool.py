@@ -247,23 +247,24 @@ class WorkerPool:
             await self.close()
             raise
 
-    async def close(self) -> None:
-        """Stop every worker (politely, then by force), the zygote and the socket;
-        remove the cgroups and the runtime directory. Nothing is left running."""
+    async def close(self, *, polite: bool = True) -> None:
+        """Stop every worker (politely: a Shutdown and 2 s to exit; then by force), the
+        zygote and the socket; remove the cgroups and the runtime directory. Nothing
+        is left running."""
         self._open = False
         for _, future in self._waiters:
             if not future.done():
                 future.set_exception(PoolError("the pool is closed"))
         self._waiters.clear()
         live = [w for w in self._workers.values() if w.state is not WorkerState.DEAD]
-        for worker in live:
+        for worker in live if polite else ():
             if worker.state is WorkerState.STARTING:
                 continue  # not connected yet: it cannot hear a Shutdown
             worker.state = WorkerState.RETIRING
             await self._send(worker, Shutdown("pool closing"))
-        polite = [w.exited for w in live if w.state is WorkerState.RETIRING]
-        if polite:
-            await asyncio.wait(polite, timeout=2.0)
+        leaving = [w.exited for w in live if w.state is WorkerState.RETIRING]
+        if leaving:
+            await asyncio.wait(leaving, timeout=2.0)
         for worker in live:
             if worker.pid and not worker.exited.done():
                 await self._kill(worker, "the pool closed")
@@ -490,6 +491,8 @@ class WorkerPool:
             )
             self._by_pid[worker.pid] = worker
             await asyncio.wait_for(asyncio.shield(worker.ready), self.config.spawn_timeout)
+        except PoolError:
+            pass  # it died while starting: _on_exit has dealt with it
         except (ZygoteError, TimeoutError) as exc:
             if worker.pid:
                 await self._kill(worker, "it did not start in time")

@@ -228,7 +228,8 @@ def _counts(lines: list[str], prefix: str, output: _Output) -> str:
         return ""
     total = sum(n for _, n in counts)
     return (
-        f"Found {total} matching lines in {len(counts)} {'file' if len(counts) == 1 else 'files'}"
+        f"Found {total} matching {'line' if total == 1 else 'lines'} in {len(counts)} "
+        f"{'file' if len(counts) == 1 else 'files'}"
     )
 
 

@@ -1,0 +1,33 @@
+"""The client library: programs submit turns to the toolpool daemon (SPEC D5).
+
+``Client`` blocks; ``AsyncClient`` is for asyncio. Both speak the same protocol
+through one core, raise only transport errors (``ClientError`` and kin), and hand
+tool failures back as results. This package imports the protocol and the data
+model, never the daemon.
+"""
+
+from toolpool.client.aio import AsyncClient, AsyncSession, AsyncTurn
+from toolpool.client.core import ApprovalRequested
+from toolpool.client.errors import (
+    ClientError,
+    ClientProtocolError,
+    ClientTimeout,
+    DaemonUnavailable,
+    RequestFailed,
+)
+from toolpool.client.sync import Client, Session, Turn
+
+__all__ = [
+    "ApprovalRequested",
+    "AsyncClient",
+    "AsyncSession",
+    "AsyncTurn",
+    "Client",
+    "ClientError",
+    "ClientProtocolError",
+    "ClientTimeout",
+    "DaemonUnavailable",
+    "RequestFailed",
+    "Session",
+    "Turn",
+]

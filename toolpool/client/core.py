@@ -1,0 +1,209 @@
+"""What the sync and asyncio clients share: no I/O, only the protocol's logic.
+
+The core numbers requests, checks frame sizes, resolves the endpoint, turns calls
+into a ``Submit``, and sorts what arrives: replies to their requests, events to
+their turns, approval requests to their sessions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolpool.client.errors import ClientProtocolError, DaemonUnavailable, RequestFailed
+from toolpool.models import Event, ToolCall, ToolResult, TurnEnd, event_from_dict
+from toolpool.protocol import (
+    MAX_FRAME_BYTES,
+    ApprovalReply,
+    ApprovalRequest,
+    Error,
+    Message,
+    Ping,
+    Submit,
+    TurnEvent,
+    encode,
+)
+from toolpool.runtime import read_endpoint, runtime_dir
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    address: str
+    server_public_key: str | None = None
+
+
+def resolve_endpoint(endpoint: str | None, directory: str | Path | None) -> Endpoint:
+    """An explicit endpoint, else ``$TOOLPOOL_ENDPOINT``, else the running daemon's
+    ipc socket from its endpoint file in the runtime directory."""
+    if endpoint:
+        return Endpoint(endpoint)
+    if os.environ.get("TOOLPOOL_ENDPOINT"):
+        return Endpoint(os.environ["TOOLPOOL_ENDPOINT"])
+    where = Path(directory) if directory else runtime_dir()
+    info = read_endpoint(where)
+    if info is None:
+        raise DaemonUnavailable(
+            f"no toolpool daemon runs for this user (no endpoint file in {where}); "
+            "start one with: toolpool daemon start"
+        )
+    return Endpoint(str(info["ipc"]))
+
+
+@dataclass(eq=False)
+class ApprovalRequested:
+    """The daemon's gate asks whether a call may run (SPEC P8). Answer with
+    ``approve()`` or ``deny(reason)``; no answer in ``timeout`` seconds is a denial.
+
+    It appears among its turn's events (after the call's ``tool_start`` and preview),
+    unless the session has an ``on_approval`` handler that answered it.
+    """
+
+    request: ApprovalRequest
+    _answer: Callable[[ApprovalReply], Any] = field(repr=False)
+    answered: bool = False
+
+    type = "approval_request"
+
+    @property
+    def call(self) -> ToolCall:
+        return ToolCall.from_dict(self.request.call)
+
+    @property
+    def label(self) -> str:
+        return self.request.label
+
+    @property
+    def preview(self) -> Any:
+        return self.request.preview
+
+    def approve(self) -> Any:
+        return self._reply(True, "")
+
+    def deny(self, reason: str = "") -> Any:
+        return self._reply(False, reason)
+
+    def _reply(self, allowed: bool, reason: str) -> Any:
+        self.answered = True
+        return self._answer(ApprovalReply(self.request.approval_id, allowed, reason))
+
+
+TurnItem = Event | ApprovalRequested
+
+
+@dataclass(eq=False)
+class TurnLog:
+    """Everything that arrived for one turn, in order; ``results`` once it ended."""
+
+    turn_id: str
+    call_ids: list[str]
+    items: list[TurnItem] = field(default_factory=list)
+    results: tuple[ToolResult, ...] | None = None
+
+    def add(self, item: TurnItem) -> None:
+        self.items.append(item)
+        if isinstance(item, TurnEnd):
+            self.results = item.results
+
+
+def submit_message(request_id: str, session_id: str, calls: Any, format: str | None) -> Submit:
+    """The Submit for ``calls``: ToolCalls or their dicts (toolpool's format), or model
+    output in ``format`` ("openai", "openai-responses", "anthropic", "gemini"); with
+    ``format=None`` and something else than ToolCalls, the daemon detects the format."""
+    if format in (None, "toolpool") and _is_toolpool_calls(calls):
+        payload = [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls]
+        return Submit(request_id, session_id, payload, "toolpool")
+    return Submit(request_id, session_id, calls, format)
+
+
+def _is_toolpool_calls(calls: Any) -> bool:
+    if isinstance(calls, ToolCall):
+        return False
+    if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
+        return False
+    return all(
+        isinstance(c, ToolCall) or (isinstance(c, Mapping) and {"id", "name"} <= c.keys())
+        for c in calls
+    )
+
+
+def results_as(results: Iterable[ToolResult], format: str) -> Any:
+    """A turn's results in a provider's shape (toolpool.providers)."""
+    from toolpool.providers import results_to_provider
+
+    return results_to_provider(results, format)
+
+
+class ClientCore:
+    """Request ids, frames, and where an incoming message goes."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+
+    def next_id(self) -> str:
+        return f"r{next(self._ids)}"
+
+    @staticmethod
+    def frame(message: Message) -> bytes:
+        data = encode(message)
+        if len(data) > MAX_FRAME_BYTES:
+            raise RequestFailed(
+                "too_large",
+                f"a {message.type.value} of {len(data)} bytes is over the "
+                f"{MAX_FRAME_BYTES}-byte frame limit",
+            )
+        return data
+
+    @staticmethod
+    def reply_value(message: Message) -> Message:
+        """A reply, or the daemon's Error raised as RequestFailed."""
+        if isinstance(message, Error):
+            raise RequestFailed(message.code, message.message)
+        return message
+
+    @staticmethod
+    def event(message: TurnEvent) -> Event:
+        try:
+            return event_from_dict(message.event)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ClientProtocolError(f"unreadable event from the daemon: {exc}") from None
+
+    @staticmethod
+    def key(message: Message) -> tuple[str, str | None]:
+        """Where a message goes: ("reply", request id), ("event", turn id),
+        ("approval", session id), ("ping", None) or ("orphan", None)."""
+        match message:
+            case TurnEvent():
+                return "event", message.turn_id
+            case ApprovalRequest():
+                return "approval", message.session_id
+            case Ping():
+                return "ping", None
+            case Error() if message.request_id is None:
+                return "orphan", None
+        request_id = getattr(message, "request_id", None)
+        return ("reply", request_id) if isinstance(request_id, str) else ("orphan", None)
+
+
+def decision(value: Any) -> tuple[bool, str]:
+    """What an ``on_approval`` handler returned: True/False, or (allowed, reason)."""
+    if isinstance(value, tuple):
+        allowed, reason = value
+        return bool(allowed), str(reason)
+    return bool(value), ""
+
+
+__all__ = [
+    "ApprovalRequested",
+    "ClientCore",
+    "Endpoint",
+    "TurnItem",
+    "TurnLog",
+    "decision",
+    "resolve_endpoint",
+    "results_as",
+    "submit_message",
+]

@@ -1,0 +1,286 @@
+"""The toolpool daemon: one long-running coordinator process per user (SPEC D1).
+
+``toolpool daemon`` runs it in the foreground, the way a service manager wants it;
+``toolpool daemon start|stop|status`` manage one in the background through its pid
+file. SIGTERM (or SIGINT) drains: no new turns, running turns get ``drain_grace``
+seconds and are then aborted, workers are stopped; a second SIGTERM ends at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from toolpool.coordinator import jsonlog
+from toolpool.coordinator.config import DaemonConfig
+from toolpool.coordinator.pool import PoolConfig, PoolError, WorkerPool
+from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.coordinator.runtime import Coordinator
+from toolpool.coordinator.server import Server, curve_keys, is_loopback
+from toolpool.errors import ToolpoolError
+from toolpool.registry import ToolRegistry, tools_in_module
+from toolpool.runtime import (
+    ENDPOINT_NAME,
+    PID_NAME,
+    SOCKET_NAME,
+    ensure_private,
+    read_endpoint,
+    write_private,
+)
+
+log = logging.getLogger("toolpool.daemon")
+
+
+class DaemonError(ToolpoolError):
+    """The daemon cannot start (another one runs, a bad address, no workers…)."""
+
+
+def running_pid(runtime: Path) -> int | None:
+    """The pid in the pid file, when that process is alive and is a toolpool daemon."""
+    try:
+        pid = int((runtime / PID_NAME).read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"toolpool" in cmdline else None
+
+
+def _check_tcp(config: DaemonConfig) -> tuple[bytes, bytes] | None:
+    """CURVE keys for the TCP endpoint; refuse a non-loopback address without them."""
+    assert config.tcp is not None
+    if config.curve_secret_key is None:
+        if not is_loopback(config.tcp):
+            raise DaemonError(
+                f"refusing to listen on {config.tcp} without CURVE authentication: set "
+                "curve_secret_key and curve_authorized_keys, or use a loopback address"
+            )
+        return None
+    if config.curve_authorized_keys is None:
+        raise DaemonError("curve_secret_key needs curve_authorized_keys (clients' public keys)")
+    return curve_keys(config.curve_secret_key)
+
+
+async def serve(config: DaemonConfig) -> int:
+    """Run the daemon until SIGTERM/SIGINT; return its exit status."""
+    runtime = ensure_private(config.runtime_dir)
+    other = running_pid(runtime)
+    if other is not None:
+        raise DaemonError(f"a daemon is already running (pid {other}) in {runtime}")
+    curve = _check_tcp(config) if config.tcp else None
+    (runtime / SOCKET_NAME).unlink(missing_ok=True)  # a stale socket of a dead daemon
+
+    pool = WorkerPool(
+        PoolConfig(
+            min_workers=config.min_workers,
+            max_workers=config.max_workers,
+            tool_modules=config.tool_modules,
+            limits=config.limits,
+            cancel_grace=config.cancel_grace,
+            max_calls_per_worker=config.max_calls_per_worker,
+            max_worker_rss=config.max_worker_rss,
+            worker_cpus=config.worker_cpus,
+            sandbox_disabled=config.sandbox_disabled,
+            runtime_dir=runtime / f"workers-{os.getpid()}",
+        )
+    )
+    try:
+        await pool.start()
+    except PoolError as exc:
+        raise DaemonError(f"the worker pool did not start: {exc}") from exc
+    registry = ToolRegistry(t for m in config.tool_modules for t in tools_in_module(m))
+    coordinator = Coordinator(
+        registry,
+        executor=PoolExecutor(pool, tool_limits=config.tool_limits),
+        max_tool_concurrency=config.max_tool_concurrency,
+        max_tool_errors=config.max_tool_errors,
+    )
+    server = Server(coordinator, pool, approval_timeout=config.approval_timeout)
+    authenticator = None
+    try:
+        ipc = server.bind(f"ipc://{runtime / SOCKET_NAME}")
+        tcp = None
+        if config.tcp:
+            if curve is not None:
+                authenticator = _start_authenticator(server, config)
+            tcp = server.bind(f"tcp://{config.tcp}", curve=curve)
+    except Exception:
+        await pool.close()
+        raise
+    server.start()
+    endpoint = {
+        "pid": os.getpid(),
+        "ipc": ipc,
+        "tcp": tcp,
+        "server_public_key": None if curve is None else curve[0].decode(),
+    }
+    write_private(runtime / ENDPOINT_NAME, json.dumps(endpoint))
+    write_private(runtime / PID_NAME, str(os.getpid()))
+    log.info("daemon ready on %s%s", ipc, f" and {tcp}" if tcp else "")
+
+    stopping = asyncio.Event()
+    terms = 0
+
+    def on_signal() -> None:
+        nonlocal terms
+        terms += 1
+        if terms == 1:
+            log.info("stopping: draining running turns (a second signal ends at once)")
+            stopping.set()
+        else:
+            log.info("stopping at once")
+            server.abort_everything()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await stopping.wait()
+        await server.drain(config.drain_grace)
+        if authenticator is not None:
+            authenticator.stop()  # before the server's context ends: it holds a socket in it
+        await server.close()
+        await pool.close(polite=terms < 2)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        for name in (ENDPOINT_NAME, PID_NAME, SOCKET_NAME):
+            (runtime / name).unlink(missing_ok=True)
+    log.info("daemon stopped")
+    return 0
+
+
+def _start_authenticator(server: Server, config: DaemonConfig) -> Any:
+    from zmq.auth.asyncio import AsyncioAuthenticator
+
+    authenticator = AsyncioAuthenticator(server._context)
+    authenticator.start()
+    authenticator.configure_curve(domain="*", location=str(config.curve_authorized_keys))
+    return authenticator
+
+
+def run_foreground(config: DaemonConfig) -> int:
+    jsonlog.configure(config.log_level, config.log_file)
+    try:
+        return asyncio.run(serve(config))
+    except DaemonError as exc:
+        log.error("%s", exc)
+        print(f"toolpool daemon: {exc}", file=sys.stderr)
+        return 1
+
+
+# --- in the background ------------------------------------------------------------------
+
+
+def start_background(config: DaemonConfig, daemon_argv: Sequence[str], wait: float = 60.0) -> int:
+    """Start ``toolpool daemon <daemon_argv>`` detached and wait until it answers."""
+    runtime = ensure_private(config.runtime_dir)
+    pid = running_pid(runtime)
+    if pid is not None:
+        print(f"toolpool daemon is already running (pid {pid})")
+        return 0
+    log_file = config.log_file or runtime / "daemon.log"
+    argv = [sys.executable, "-m", "toolpool", "daemon", *daemon_argv]
+    if config.log_file is None:
+        argv += ["--log-file", str(log_file)]
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            print(
+                f"toolpool daemon exited at start (status {process.returncode}):", file=sys.stderr
+            )
+            print(_tail(log_file), file=sys.stderr)
+            return 1
+        endpoint = read_endpoint(runtime)
+        if endpoint is not None and endpoint.get("pid") == process.pid and _answers(runtime):
+            where = endpoint["ipc"] + (f" and {endpoint['tcp']}" if endpoint.get("tcp") else "")
+            print(f"toolpool daemon started (pid {process.pid}), listening on {where}")
+            return 0
+        time.sleep(0.1)
+    print(f"toolpool daemon did not answer within {wait:g} s; see {log_file}", file=sys.stderr)
+    return 1
+
+
+def stop_background(config: DaemonConfig, wait: float | None = None) -> int:
+    runtime = config.runtime_dir
+    pid = running_pid(runtime)
+    if pid is None:
+        print("toolpool daemon is not running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + (wait if wait is not None else config.drain_grace + 20)
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)  # the second signal: end at once
+        time.sleep(2)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        print(f"toolpool daemon (pid {pid}) did not stop; killed")
+        return 1
+    print(f"toolpool daemon stopped (pid {pid})")
+    return 0
+
+
+def status_background(config: DaemonConfig) -> int:
+    """LSB exit codes: 0 running and answering, 1 running but not answering, 3 stopped."""
+    runtime = config.runtime_dir
+    pid = running_pid(runtime)
+    if pid is None:
+        print("toolpool daemon is not running")
+        return 3
+    status = _answers(runtime, full=True)
+    if not status:
+        print(f"toolpool daemon (pid {pid}) is running but does not answer")
+        return 1
+    assert isinstance(status, dict)
+    workers = status.get("workers", {})
+    print(
+        f"toolpool daemon running (pid {pid}, up {status['uptime_seconds']} s): "
+        f"{len(status['sessions'])} sessions, {status['clients']} clients, workers "
+        + ", ".join(f"{n} {state}" for state, n in workers.items() if n)
+    )
+    return 0
+
+
+def _answers(runtime: Path, full: bool = False) -> bool | dict[str, Any]:
+    from toolpool.client import Client, ClientError
+
+    try:
+        with Client(runtime_dir=runtime, connect_timeout=2.0, timeout=5.0) as client:
+            status = client.status()
+    except ClientError:
+        return False
+    return status if full else True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return state[state.rfind(b")") + 2 : state.rfind(b")") + 3] != b"Z"
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"

@@ -1,0 +1,549 @@
+"""The daemon's side of the client protocol: sessions, turns, events and approvals
+over ZeroMQ ROUTER sockets (SPEC D1, D5).
+
+Clients say ``Hello``, open sessions, submit turns and receive each turn's events as
+they happen; they answer approval requests, interrupt and abort. A session belongs
+to the connection that opened it: when that client says ``Bye`` or is found gone (a
+send to it fails: ROUTER_MANDATORY), its turns are aborted and its sessions closed.
+Bad input — garbage frames, unknown types, unknown sessions — gets an ``Error``, and
+the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from toolpool.coordinator.approvals import GateMode, make_gate, parse_policy
+from toolpool.coordinator.gate import Gate, GateDecision, GateRequest
+from toolpool.coordinator.pool import WorkerPool
+from toolpool.coordinator.runtime import Coordinator
+from toolpool.coordinator.session import Session
+from toolpool.coordinator.turn import Turn
+from toolpool.models import Event, ToolEnd, TurnEnd
+from toolpool.protocol import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    Accepted,
+    ApprovalReply,
+    ApprovalRequest,
+    Bye,
+    CloseSession,
+    Error,
+    Hello,
+    Message,
+    OpenSession,
+    Ping,
+    ProtocolError,
+    Reply,
+    SessionOpened,
+    Status,
+    Steer,
+    Submit,
+    Tools,
+    TurnEvent,
+    Welcome,
+    decode,
+    encode,
+)
+from toolpool.providers import definitions, parse_tool_calls
+from toolpool.sandbox.limits import Limits
+
+log = logging.getLogger("toolpool.daemon")
+
+# A client is a ROUTER socket and the identity ZeroMQ gave its connection there.
+Address = tuple[int, bytes]
+
+SESSION_OPTIONS = {
+    "extra_roots",
+    "allow_network",
+    "max_tool_errors",
+    "limits",
+    "gate",
+    "policy",
+    "approval_timeout",
+    "max_tool_concurrency",
+}
+
+
+class BadRequest(Exception):  # internal control flow: becomes an Error reply
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(eq=False)
+class SessionEntry:
+    session: Session
+    owner: Address
+    gate: Gate | None
+    approval_timeout: float
+    max_tool_concurrency: int | None
+    turns: dict[str, Turn] = field(default_factory=dict)
+    turn_of_call: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class ClientState:
+    address: Address
+    name: str
+    sessions: set[str] = field(default_factory=set)
+
+
+class Server:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        pool: WorkerPool | None = None,
+        *,
+        approval_timeout: float = 120.0,
+        ping_interval: float = 2.0,
+    ) -> None:
+        self.coordinator = coordinator
+        self.pool = pool
+        self.approval_timeout = approval_timeout
+        self.ping_interval = ping_interval
+        self.clients: dict[Address, ClientState] = {}
+        self.sessions: dict[str, SessionEntry] = {}
+        self.approvals: dict[str, tuple[asyncio.Future[GateDecision], Address]] = {}
+        self.draining = False
+        self.started_at = time.time()
+        self._context = zmq.asyncio.Context()
+        self._sockets: list[zmq.asyncio.Socket] = []
+        self._outbox: asyncio.Queue[tuple[Address, bytes]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
+        self.endpoints: list[str] = []
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def bind(
+        self,
+        endpoint: str,
+        *,
+        curve: tuple[bytes, bytes] | None = None,
+    ) -> str:
+        """Listen on ``endpoint`` (with CURVE when given (public, secret) keys); return
+        the endpoint actually bound (a TCP port of 0 is chosen by the system)."""
+        socket = self._context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        socket.setsockopt(zmq.SNDHWM, 0)  # events wait in memory for slow readers
+        # Frames a little over the protocol's limit still arrive, to be refused with a
+        # clear error; far bigger ones drop the connection before we allocate them.
+        socket.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_FRAME_BYTES)
+        if curve is not None:
+            public, secret = curve
+            socket.curve_server = True
+            socket.curve_publickey = public
+            socket.curve_secretkey = secret
+        socket.bind(endpoint)
+        bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if bound.startswith("ipc://"):
+            os.chmod(bound[len("ipc://") :], 0o600)
+        self._sockets.append(socket)
+        self.endpoints.append(bound)
+        return bound
+
+    def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._receive(i)) for i in range(len(self._sockets))]
+        self._tasks.append(asyncio.ensure_future(self._send()))
+        self._tasks.append(asyncio.ensure_future(self._ping()))
+
+    async def drain(self, grace: float) -> None:
+        """Accept no new turns; give running ones ``grace`` seconds, then abort them."""
+        self.draining = True
+        pending = self.unfinished_turns()
+        if pending:
+            log.info("draining: %d turns running", len(pending))
+            await asyncio.wait([asyncio.ensure_future(t.results()) for t in pending], timeout=grace)
+        self.abort_everything()
+        remaining = self.unfinished_turns()
+        if remaining:
+            await asyncio.wait([asyncio.ensure_future(t.results()) for t in remaining])
+
+    def abort_everything(self) -> None:
+        for turn in self.unfinished_turns():
+            turn.abort()
+
+    def unfinished_turns(self) -> list[Turn]:
+        return [t for entry in self.sessions.values() for t in entry.turns.values()]
+
+    async def close(self) -> None:
+        for entry in list(self.sessions.values()):
+            self._end_session(entry)
+        if self._closing:
+            await asyncio.wait(set(self._closing))
+        await asyncio.sleep(0)  # let the sender flush what is queued
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._outbox.join(), 1.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for socket in self._sockets:
+            socket.close(linger=1000)  # the last events still reach their clients
+        self._context.term()
+
+    # -- the wire ------------------------------------------------------------------------
+
+    def send(self, address: Address, message: Message) -> None:
+        self._outbox.put_nowait((address, encode(message)))
+
+    async def _send(self) -> None:
+        while True:
+            address, frame = await self._outbox.get()
+            try:
+                await self._sockets[address[0]].send_multipart([address[1], frame])
+            except zmq.ZMQError as exc:
+                # EHOSTUNREACH: the client's connection is gone.
+                log.info("client gone (%s)", exc.strerror, extra={"client": address[1].hex()})
+                self.forget_client(address)
+            finally:
+                self._outbox.task_done()
+
+    async def _receive(self, index: int) -> None:
+        socket = self._sockets[index]
+        while True:
+            frames = await socket.recv_multipart(copy=True)
+            address: Address = (index, frames[0])
+            if len(frames) != 2:
+                log.warning("dropped a message of %d frames", len(frames))
+                self.send(address, Error(None, "protocol", "expected one frame per message"))
+                continue
+            try:
+                message = decode(frames[1])
+            except ProtocolError as exc:
+                log.warning("bad frame: %s", exc, extra={"client": address[1].hex()})
+                self.send(address, Error(None, "protocol", str(exc)))
+                continue
+            try:
+                self.handle(address, message)
+            except BadRequest as exc:
+                self.send(address, Error(_request_id(message), exc.code, exc.message))
+            except Exception as exc:
+                log.exception("failed on a %s", message.type.value)
+                self.send(address, Error(_request_id(message), "internal", repr(exc)))
+
+    async def _ping(self) -> None:
+        """Find clients that went away without a Bye: a send to them fails."""
+        while True:
+            await asyncio.sleep(self.ping_interval)
+            for address in list(self.clients):
+                self.send(address, Ping())
+
+    # -- requests --------------------------------------------------------------------------
+
+    def handle(self, address: Address, message: Message) -> None:
+        if isinstance(message, Hello):
+            self._hello(address, message)
+            return
+        client = self.clients.get(address)
+        if client is None:
+            raise BadRequest("protocol", "say hello first (the handshake checks versions)")
+        match message:
+            case OpenSession():
+                self._open(client, message)
+            case CloseSession():
+                self._close(client, message)
+            case Submit():
+                self._submit(client, message)
+            case Steer():
+                self._steer(client, message)
+            case ApprovalReply():
+                self._approval_reply(client, message)
+            case Status():
+                self.send(address, Reply(message.request_id, self.status()))
+            case Tools():
+                self.send(address, Reply(message.request_id, self.tools(message.format)))
+            case Bye():
+                self.forget_client(address)
+            case _:
+                raise BadRequest("protocol", f"a client does not send {message.type.value}")
+
+    def _hello(self, address: Address, message: Hello) -> None:
+        if message.version != PROTOCOL_VERSION:
+            raise BadRequest(
+                "version",
+                f"the daemon speaks protocol {PROTOCOL_VERSION}, the client {message.version}",
+            )
+        self.clients.setdefault(address, ClientState(address, message.client))
+        log.info("client connected: %s", message.client, extra={"client": address[1].hex()})
+        names = self.coordinator.registry.names()
+        self.send(address, Welcome(message.request_id, PROTOCOL_VERSION, os.getpid(), names))
+
+    def _entry(self, client: ClientState, session_id: str) -> SessionEntry:
+        entry = self.sessions.get(session_id)
+        if entry is None or entry.owner != client.address:
+            raise BadRequest(
+                "unknown_session",
+                f"no session {session_id!r} (never opened, closed, or another client's)",
+            )
+        return entry
+
+    def _open(self, client: ClientState, message: OpenSession) -> None:
+        options = dict(message.options)
+        unknown = set(options) - SESSION_OPTIONS
+        if unknown:
+            raise BadRequest("bad_request", f"unknown session options {sorted(unknown)}")
+        try:
+            mode = GateMode(options.get("gate", "allow"))
+            rules = parse_policy(options.get("policy", []))
+            limits = dict(options.get("limits") or {})
+            Limits().merged(limits)  # refuse unknown or bad limits now, not per call
+            session = self.coordinator.open_session(
+                message.workspace,
+                extra_roots=[str(p) for p in options.get("extra_roots", [])],
+                allow_network=bool(options.get("allow_network", False)),
+                max_tool_errors=options.get("max_tool_errors"),
+                limits=limits,
+            )
+        except (ValueError, TypeError, OSError) as exc:
+            raise BadRequest("bad_request", str(exc)) from None
+        timeout = float(options.get("approval_timeout", self.approval_timeout))
+        entry = SessionEntry(
+            session, client.address, None, timeout, options.get("max_tool_concurrency")
+        )
+        entry.gate = make_gate(mode, rules, lambda request: self._ask(entry, request))
+        self.sessions[session.id] = entry
+        client.sessions.add(session.id)
+        log.info(
+            "session opened on %s (gate %s)",
+            session.workspace,
+            mode.value,
+            extra={"session": session.id, "client": client.address[1].hex()},
+        )
+        self.send(client.address, SessionOpened(message.request_id, session.id))
+
+    def _close(self, client: ClientState, message: CloseSession) -> None:
+        entry = self._entry(client, message.session_id)
+        self._end_session(entry)
+        self.send(client.address, Reply(message.request_id))
+
+    def _end_session(self, entry: SessionEntry) -> None:
+        """Abort the session's turns and close it once they have ended."""
+        session_id = entry.session.id
+        self.sessions.pop(session_id, None)
+        owner = self.clients.get(entry.owner)
+        if owner is not None:
+            owner.sessions.discard(session_id)
+        turns = list(entry.turns.values())
+        for turn in turns:
+            turn.abort()
+
+        async def close_when_done() -> None:
+            for turn in turns:
+                with contextlib.suppress(Exception):
+                    await turn.results()
+            self.coordinator.close_session(entry.session)
+            log.info("session closed", extra={"session": session_id})
+
+        task = asyncio.ensure_future(close_when_done())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _submit(self, client: ClientState, message: Submit) -> None:
+        if self.draining:
+            raise BadRequest("shutting_down", "the daemon is shutting down; no new turns")
+        entry = self._entry(client, message.session_id)
+        try:
+            calls = parse_tool_calls(message.calls, message.format)
+        except ValueError as exc:
+            raise BadRequest("bad_request", f"cannot read the calls: {exc}") from None
+        ids = [c.id for c in calls]
+        if len(set(ids)) != len(ids):
+            raise BadRequest("bad_request", "call ids within a turn must be unique")
+        turn_id = uuid.uuid4().hex[:12]
+        address = client.address
+
+        def emit(event: Event) -> None:
+            self.send(address, TurnEvent(turn_id, event.to_dict()))
+            if isinstance(event, ToolEnd):
+                _log_call_end(entry.session.id, turn_id, event)
+            elif isinstance(event, TurnEnd):
+                entry.turns.pop(turn_id, None)
+                for call in calls:
+                    entry.turn_of_call.pop(call.id, None)
+                log.info(
+                    "turn ended: %d results, %d errors",
+                    len(event.results),
+                    sum(r.is_error for r in event.results),
+                    extra={"session": entry.session.id, "turn": turn_id},
+                )
+
+        self.send(address, Accepted(message.request_id, turn_id, ids))
+        turn = self.coordinator.submit(
+            entry.session,
+            calls,
+            on_event=emit,
+            gate=entry.gate,
+            max_tool_concurrency=entry.max_tool_concurrency,
+            turn_id=turn_id,
+        )
+        entry.turns[turn_id] = turn
+        entry.turn_of_call.update(dict.fromkeys(ids, turn_id))
+        log.info(
+            "turn submitted: %d calls",
+            len(calls),
+            extra={"session": entry.session.id, "turn": turn_id},
+        )
+
+    def _steer(self, client: ClientState, message: Steer) -> None:
+        entry = self._entry(client, message.session_id)
+        if message.action not in ("interrupt", "abort"):
+            raise BadRequest(
+                "bad_request", f"steer action must be interrupt or abort, not {message.action!r}"
+            )
+        for turn in list(entry.turns.values()):
+            turn.interrupt() if message.action == "interrupt" else turn.abort()
+        log.info("%s", message.action, extra={"session": entry.session.id})
+        self.send(client.address, Reply(message.request_id))
+
+    # -- approvals -------------------------------------------------------------------------
+
+    async def _ask(self, entry: SessionEntry, request: GateRequest) -> GateDecision:
+        """Put the call to the session's client; no answer in time is a denial."""
+        approval_id = uuid.uuid4().hex[:12]
+        future: asyncio.Future[GateDecision] = asyncio.get_running_loop().create_future()
+        self.approvals[approval_id] = (future, entry.owner)
+        self.send(
+            entry.owner,
+            ApprovalRequest(
+                approval_id=approval_id,
+                session_id=entry.session.id,
+                turn_id=entry.turn_of_call.get(request.call.id, ""),
+                call=request.call.to_dict(),
+                label=request.label,
+                preview=request.preview,
+                read_only=request.read_only,
+                permissions=list(request.permissions),
+                timeout=entry.approval_timeout,
+            ),
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), entry.approval_timeout)
+        except TimeoutError:
+            return GateDecision.deny(
+                f"Not approved: no answer within {entry.approval_timeout:g} s."
+            )
+        finally:
+            self.approvals.pop(approval_id, None)
+
+    def _approval_reply(self, client: ClientState, message: ApprovalReply) -> None:
+        pending = self.approvals.get(message.approval_id)
+        if pending is None or pending[1] != client.address:
+            return  # answered too late, or not this client's to answer
+        future, _ = pending
+        if not future.done():
+            reason = message.reason or "The user did not approve this call."
+            future.set_result(
+                GateDecision.allow() if message.allowed else GateDecision.deny(reason)
+            )
+
+    # -- clients going away -------------------------------------------------------------------
+
+    def forget_client(self, address: Address) -> None:
+        """The client said Bye or is gone: its approvals are denied, its turns
+        aborted, its sessions closed."""
+        client = self.clients.pop(address, None)
+        if client is None:
+            return
+        for future, owner in list(self.approvals.values()):
+            if owner == address and not future.done():
+                future.set_result(GateDecision.deny("The client disconnected."))
+        for session_id in list(client.sessions):
+            entry = self.sessions.get(session_id)
+            if entry is not None:
+                self._end_session(entry)
+        log.info("client left", extra={"client": address[1].hex()})
+
+    # -- looking in -------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        sessions = {}
+        for session_id, entry in self.sessions.items():
+            stats = entry.session.statistics()
+            sessions[session_id] = {
+                "workspace": stats.workspace,
+                "turns": len(entry.turns),
+                "files_read": stats.files_read,
+                "breaker_failures": stats.breaker_failures,
+                "open_breakers": entry.session.breaker.statistics().open,
+            }
+        status: dict[str, Any] = {
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started_at, 1),
+            "draining": self.draining,
+            "clients": len(self.clients),
+            "sessions": sessions,
+            "tools": self.coordinator.registry.names(),
+            "max_tool_concurrency": self.coordinator.max_tool_concurrency,
+            "max_tool_errors": self.coordinator.max_tool_errors,
+        }
+        if self.pool is not None:
+            pool = self.pool.statistics()
+            status["workers"] = pool.workers
+            status["queued_calls"] = pool.queued
+            status["workers_started"] = pool.started
+            status["sandbox"] = pool.profile
+        return status
+
+    def tools(self, format: str) -> list[dict[str, Any]]:
+        specs = list(self.coordinator.registry)
+        if format == "toolpool":
+            return [spec.definition() for spec in specs]
+        try:
+            return definitions(specs, format)
+        except ValueError as exc:
+            raise BadRequest("bad_request", str(exc)) from None
+
+
+def _request_id(message: Message) -> str | None:
+    return getattr(message, "request_id", None)
+
+
+def _log_call_end(session_id: str, turn_id: str, event: ToolEnd) -> None:
+    result = event.result
+    usage: Mapping[str, Any] = result.details.get("usage") or {}
+    wall = usage.get("wall_seconds")
+    log.info(
+        "call ended: %s",
+        result.error_code.value if result.error_code else "ok",
+        extra={
+            "session": session_id,
+            "turn": turn_id,
+            "call": event.call_id,
+            "tool": event.tool_name,
+            "worker": result.details.get("worker"),
+            "error": result.error_code.value if result.error_code else None,
+            "ms": None if wall is None else round(wall * 1000, 3),
+        },
+    )
+
+
+def curve_keys(secret_key_file: Path) -> tuple[bytes, bytes]:
+    """(public, secret) from a key file made by ``zmq.auth.create_certificates``."""
+    import zmq.auth
+
+    public, secret = zmq.auth.load_certificate(secret_key_file)
+    if secret is None:
+        raise ValueError(f"{secret_key_file} holds no secret key")
+    return public, secret
+
+
+def is_loopback(tcp: str) -> bool:
+    host = tcp.rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
