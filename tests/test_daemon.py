@@ -674,3 +674,36 @@ def test_D5_tcp_with_curve(tmp_path: Path, workspace: Path) -> None:
             Client(endpoint, connect_timeout=1).connect()  # no CURVE at all
     finally:
         assert stop_daemon(daemon) == 0
+
+
+# --- open turns over the wire ---------------------------------------------------------------
+
+
+@pytest.mark.spec("S2", "D5")
+def test_D5_open_turn_takes_calls_and_cancels_them_one_by_one(
+    client: Client, workspace: Path
+) -> None:
+    with client.session(workspace) as session:
+        turn = session.submit([call("long", "nap", seconds=60)], open=True)
+        assert turn.add([call("quick", "noop")]) == ["quick"]
+        assert turn.result("quick", timeout=10).text == "ok"  # beside the long one (S2)
+        turn.cancel("long")
+        assert turn.result("long", timeout=10).error_code is ErrorCode.INTERRUPTED
+        with pytest.raises(RequestFailed, match="unique"):
+            turn.add([call("quick", "noop")])
+        turn.close()
+        assert [r.call_id for r in turn.results(timeout=10)] == ["long", "quick"]
+        with pytest.raises(RequestFailed, match="unknown_turn"):
+            turn.add([call("late", "noop")])
+
+
+async def test_D5_async_open_turn(daemon: Daemon, workspace: Path) -> None:
+    client = AsyncClient(runtime_dir=daemon.runtime)
+    async with client, client.session(workspace) as session:
+        turn = await session.submit([], open=True)
+        await turn.add([call("a", "nap", seconds=60), call("b", "noop")])
+        assert (await turn.result("b", timeout=10)).text == "ok"
+        await turn.cancel("a")
+        await turn.close()
+        results = await turn.results(timeout=10)
+    assert [r.error_code for r in results] == [ErrorCode.INTERRUPTED, None]

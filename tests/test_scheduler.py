@@ -325,3 +325,91 @@ async def test_a_failing_listener_does_not_break_the_turn(workspace: Path) -> No
 
     results = await coordinator.run_turn(session, [work_call("a", 1)], on_event=broken)
     assert not results[0].is_error
+
+
+# --- open turns and single cancellations -------------------------------------------------
+
+
+@pytest.mark.spec("S2", "S6")
+async def test_open_turn_takes_calls_while_it_runs(workspace: Path) -> None:
+    coordinator, session, timeline, _ = setup(workspace)
+    log = EventLog()
+    turn = coordinator.submit(session, [work_call("a", 20)], on_event=log, open=True)
+    await ticks(3)
+    turn.add([work_call("b", 5)])  # safe: joins "a" at once
+    turn.add([work_call("w", 2, safe=False), work_call("c", 1)])  # unsafe: waits, then alone
+    await ticks(3)
+    assert turn.state.value == "running"
+    turn.close()
+    results = await turn
+    assert [r.call_id for r in results] == ["a", "b", "w", "c"]
+    assert timeline.overlap("a", "b")
+    assert not timeline.overlap("w", "a")
+    assert not timeline.overlap("w", "c")
+    assert log.types[-1] == "turn_end"
+    with pytest.raises(ValueError, match="closed"):
+        turn.add([work_call("late")])
+
+
+async def test_an_open_turn_waits_for_calls_until_closed(workspace: Path) -> None:
+    coordinator, session, _, _ = setup(workspace)
+    turn = coordinator.submit(session, [], open=True)
+    await ticks(5)
+    assert turn.state.value == "running"  # nothing to do, but not ended
+    turn.add([work_call("x", 1)])
+    await ticks(10)
+    turn.close()
+    assert [r.text for r in await turn] == ["done x"]
+
+
+@pytest.mark.spec("S4")
+async def test_one_call_is_cancelled_alone(workspace: Path) -> None:
+    coordinator, session, _, work = setup(workspace, limit=2)
+    calls = [
+        work_call("long", 10_000, behavior="block"),
+        work_call("other", 30),
+        work_call("queued", 1, safe=False),
+        work_call("last", 1),
+    ]
+    turn = coordinator.submit(session, calls)
+    await ticks(3)
+    turn.cancel("long")  # running: cancelled, whatever its interrupt behaviour
+    turn.cancel("queued")  # queued: never starts
+    results = await turn
+    assert [r.error_code for r in results] == [
+        ErrorCode.INTERRUPTED,
+        None,
+        ErrorCode.SKIPPED,
+        None,
+    ]
+    assert "queued" not in work.started
+    with pytest.raises(KeyError):
+        turn.cancel("nope")
+
+
+async def test_cancel_before_the_turn_starts(workspace: Path) -> None:
+    coordinator, session, _, work = setup(workspace)
+    first = coordinator.submit(session, [work_call("first", 10, safe=False)])
+    second = coordinator.submit(session, [work_call("a", 1), work_call("b", 1)])
+    second.cancel("a")
+    await first
+    results = await second
+    assert [r.error_code for r in results] == [ErrorCode.SKIPPED, None]
+    assert work.started == ["first", "b"]
+
+
+def test_scheduler_add_and_cancel_one() -> None:
+    scheduler = TurnScheduler([True], [False], 4)
+    assert scheduler.start_ready() == [0]
+    assert scheduler.add(False, False) == 1
+    assert scheduler.add(True, False) == 2
+    assert scheduler.start_ready() == []  # the unsafe head waits for 0
+    assert scheduler.cancel_one(1).value == "queued"  # it will never start
+    assert scheduler.start_ready() == [2]  # so the next safe one may
+    assert scheduler.cancel_one(0).value == "running"
+    scheduler.finish(0)
+    scheduler.finish(2)
+    assert scheduler.done
+    scheduler.abort()
+    with pytest.raises(ValueError, match="stopped"):
+        scheduler.add(True, False)

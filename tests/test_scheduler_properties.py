@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -216,3 +217,47 @@ def test_pure_scheduler_against_a_simulated_clock(
     assert not set(starts) & never_started
     if stop is None:
         assert starts == list(range(len(specs)))
+
+
+async def run_open_turn(
+    first: list[CallSpec], later: list[tuple[int, CallSpec]], limit: int
+) -> tuple[tuple[ToolResult, ...], EventLog, InvariantChecker]:
+    specs = first + [spec for _, spec in later]
+    work = Work()
+    checker = InvariantChecker(specs, limit)
+    coordinator = Coordinator([work], middlewares=[checker], max_tool_concurrency=limit)
+    with tempfile.TemporaryDirectory() as root:
+        session = coordinator.open_session(root)
+
+        def call_for(i: int, s: CallSpec) -> Any:
+            return work_call(str(i), s.duration, safe=s.safe, fail=s.fail)
+
+        log = EventLog()
+        turn = coordinator.submit(
+            session, [call_for(i, s) for i, s in enumerate(first)], on_event=log, open=True
+        )
+        for offset, (delay, spec) in enumerate(later):
+            await ticks(delay)
+            turn.add([call_for(len(first) + offset, spec)])
+        turn.close()
+        results = await turn
+    return results, log, checker
+
+
+@pytest.mark.spec("S2", "S3", "S6", "P12")
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.lists(call_specs, max_size=5),
+    later=st.lists(st.tuples(st.integers(0, 10), call_specs), max_size=5),
+    limit=limits,
+)
+def test_calls_added_to_an_open_turn_keep_the_invariants(
+    first: list[CallSpec], later: list[tuple[int, CallSpec]], limit: int
+) -> None:
+    results, log, checker = asyncio.run(run_open_turn(first, later, limit))
+    n = len(first) + len(later)
+    assert checker.violations == []
+    assert checker.entered == sorted(checker.entered)
+    assert [r.call_id for r in results] == [str(i) for i in range(n)]
+    assert [int(e.call_id) for e in log.starts()] == list(range(n))
+    assert log.types[-1] == "turn_end"

@@ -51,6 +51,9 @@ class MessageType(StrEnum):
     CLOSE_SESSION = "close_session"
     SUBMIT = "submit"
     ACCEPTED = "accepted"
+    APPEND = "append"
+    CANCEL_CALL = "cancel_call"
+    END_TURN = "end_turn"
     TURN_EVENT = "turn_event"
     STEER = "steer"
     APPROVAL_REQUEST = "approval_request"
@@ -247,7 +250,8 @@ class Submit:
 
     ``calls`` is a list of ToolCall dicts when ``format`` is "toolpool", else model
     output in that provider's shape ("openai", "openai-responses", "anthropic",
-    "gemini"), or None to detect it.
+    "gemini"), or None to detect it. An ``open`` turn takes more calls (``Append``)
+    until ``EndTurn``.
     """
 
     type: ClassVar[MessageType] = MessageType.SUBMIT
@@ -255,6 +259,40 @@ class Submit:
     session_id: str
     calls: Any
     format: str | None = "toolpool"
+    open: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Client → daemon: more calls for an open turn, queued at its tail. Answer:
+    ``Reply`` with ``{"call_ids": [...]}``; their events follow in the turn's stream."""
+
+    type: ClassVar[MessageType] = MessageType.APPEND
+    request_id: str
+    turn_id: str
+    calls: Any
+    format: str | None = "toolpool"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCall:
+    """Client → daemon: stop one call of a turn (running: cancelled; queued: never
+    started). Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.CANCEL_CALL
+    request_id: str
+    turn_id: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    """Client → daemon: an open turn takes no more calls; it ends after the last one.
+    Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.END_TURN
+    request_id: str
+    turn_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +423,9 @@ Message: TypeAlias = (
     | CloseSession
     | Submit
     | Accepted
+    | Append
+    | CancelCall
+    | EndTurn
     | TurnEvent
     | Steer
     | ApprovalRequest
@@ -416,6 +457,9 @@ _CLASSES: dict[str, type[Any]] = {
         CloseSession,
         Submit,
         Accepted,
+        Append,
+        CancelCall,
+        EndTurn,
         TurnEvent,
         Steer,
         ApprovalRequest,

@@ -29,6 +29,7 @@ from toolpool.client.core import (
     ClientCore,
     TurnItem,
     TurnLog,
+    call_payload,
     decision,
     resolve_endpoint,
     results_as,
@@ -44,10 +45,13 @@ from toolpool.client.errors import (
 from toolpool.models import ToolResult
 from toolpool.protocol import (
     Accepted,
+    Append,
     ApprovalReply,
     ApprovalRequest,
     Bye,
+    CancelCall,
     CloseSession,
+    EndTurn,
     Hello,
     Message,
     OpenSession,
@@ -327,9 +331,11 @@ class AsyncSession:
         self.client = client
         self.id = session_id
 
-    async def submit(self, calls: Any, *, format: str | None = None) -> AsyncTurn:
+    async def submit(
+        self, calls: Any, *, format: str | None = None, open: bool = False
+    ) -> AsyncTurn:
         client = self.client
-        message = submit_message(client._core.next_id(), self.id, calls, format)
+        message = submit_message(client._core.next_id(), self.id, calls, format, open)
         try:
             accepted = await client._request(message)
         finally:
@@ -394,6 +400,41 @@ class AsyncTurn:
 
     async def results_as(self, format: str, timeout: float | None = None) -> Any:
         return results_as(await self.results(timeout), format)
+
+    async def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
+        """Wait for one call's end; its result."""
+
+        async def ended() -> ToolResult:
+            while call_id not in self._stream.log.ended:
+                self._check()
+                self._stream.changed.clear()
+                await self._stream.changed.wait()
+            return self._stream.log.ended[call_id]
+
+        try:
+            return await asyncio.wait_for(ended(), timeout)
+        except TimeoutError:
+            raise ClientTimeout(f"call {call_id} did not end within {timeout:g} s") from None
+
+    async def add(self, calls: Any, *, format: str | None = None) -> list[str]:
+        """Queue more calls in an open turn; their ids."""
+        client = self.session.client
+        payload, format = call_payload(calls, format)
+        reply = await client._request(Append(client._core.next_id(), self.id, payload, format))
+        assert isinstance(reply, Reply)
+        ids = list(reply.data["call_ids"])
+        self.call_ids.extend(ids)
+        return ids
+
+    async def cancel(self, call_id: str) -> None:
+        """Stop one call (running: cancelled; queued: never started)."""
+        client = self.session.client
+        await client._request(CancelCall(client._core.next_id(), self.id, call_id))
+
+    async def close(self) -> None:
+        """An open turn takes no more calls; it ends after its last one."""
+        client = self.session.client
+        await client._request(EndTurn(client._core.next_id(), self.id))
 
     @property
     def events(self) -> list[TurnItem]:

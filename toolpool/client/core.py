@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.client.errors import ClientProtocolError, DaemonUnavailable, RequestFailed
-from toolpool.models import Event, ToolCall, ToolResult, TurnEnd, event_from_dict
+from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd, event_from_dict
 from toolpool.protocol import (
     MAX_FRAME_BYTES,
     ApprovalReply,
@@ -102,21 +102,31 @@ class TurnLog:
     call_ids: list[str]
     items: list[TurnItem] = field(default_factory=list)
     results: tuple[ToolResult, ...] | None = None
+    ended: dict[str, ToolResult] = field(default_factory=dict)  # call id → its result
 
     def add(self, item: TurnItem) -> None:
         self.items.append(item)
-        if isinstance(item, TurnEnd):
+        if isinstance(item, ToolEnd):
+            self.ended[item.call_id] = item.result
+        elif isinstance(item, TurnEnd):
             self.results = item.results
 
 
-def submit_message(request_id: str, session_id: str, calls: Any, format: str | None) -> Submit:
-    """The Submit for ``calls``: ToolCalls or their dicts (toolpool's format), or model
-    output in ``format`` ("openai", "openai-responses", "anthropic", "gemini"); with
-    ``format=None`` and something else than ToolCalls, the daemon detects the format."""
+def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
+    """What goes on the wire for ``calls``: ToolCalls or their dicts (toolpool's
+    format), or model output in ``format`` ("openai", "openai-responses",
+    "anthropic", "gemini"); with ``format=None`` and something else than ToolCalls,
+    the daemon detects the format."""
     if format in (None, "toolpool") and _is_toolpool_calls(calls):
-        payload = [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls]
-        return Submit(request_id, session_id, payload, "toolpool")
-    return Submit(request_id, session_id, calls, format)
+        return [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls], "toolpool"
+    return calls, format
+
+
+def submit_message(
+    request_id: str, session_id: str, calls: Any, format: str | None, open: bool = False
+) -> Submit:
+    payload, format = call_payload(calls, format)
+    return Submit(request_id, session_id, payload, format, open)
 
 
 def _is_toolpool_calls(calls: Any) -> bool:
@@ -202,6 +212,7 @@ __all__ = [
     "Endpoint",
     "TurnItem",
     "TurnLog",
+    "call_payload",
     "decision",
     "resolve_endpoint",
     "results_as",

@@ -28,6 +28,7 @@ from toolpool.client.core import (
     ClientCore,
     TurnItem,
     TurnLog,
+    call_payload,
     decision,
     resolve_endpoint,
     results_as,
@@ -42,10 +43,13 @@ from toolpool.client.errors import (
 from toolpool.models import ToolResult
 from toolpool.protocol import (
     Accepted,
+    Append,
     ApprovalReply,
     ApprovalRequest,
     Bye,
+    CancelCall,
     CloseSession,
+    EndTurn,
     Hello,
     Message,
     OpenSession,
@@ -260,10 +264,11 @@ class Session:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def submit(self, calls: Any, *, format: str | None = None) -> Turn:
-        """Start a turn: ToolCalls (or their dicts), or model output in ``format``."""
+    def submit(self, calls: Any, *, format: str | None = None, open: bool = False) -> Turn:
+        """Start a turn: ToolCalls (or their dicts), or model output in ``format``.
+        An ``open`` turn takes more calls (``Turn.add``) until ``Turn.close``."""
         client = self.client
-        message = submit_message(client._core.next_id(), self.id, calls, format)
+        message = submit_message(client._core.next_id(), self.id, calls, format, open)
         accepted = client._request(message)
         assert isinstance(accepted, Accepted)
         log = TurnLog(accepted.turn_id, list(accepted.call_ids))
@@ -327,6 +332,33 @@ class Turn:
     def results_as(self, format: str, timeout: float | None = None) -> Any:
         """The results in a provider's shape ("openai", "anthropic", …)."""
         return results_as(self.results(timeout), format)
+
+    def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
+        """Wait for one call's end; its result."""
+        client = self.session.client
+        with client._lock:
+            client._pump_until(lambda: call_id in self._log.ended, timeout)
+        return self._log.ended[call_id]
+
+    def add(self, calls: Any, *, format: str | None = None) -> list[str]:
+        """Queue more calls in an open turn; their ids."""
+        client = self.session.client
+        payload, format = call_payload(calls, format)
+        reply = client._request(Append(client._core.next_id(), self.id, payload, format))
+        assert isinstance(reply, Reply)
+        ids = list(reply.data["call_ids"])
+        self.call_ids.extend(ids)
+        return ids
+
+    def cancel(self, call_id: str) -> None:
+        """Stop one call (running: cancelled; queued: never started)."""
+        client = self.session.client
+        client._request(CancelCall(client._core.next_id(), self.id, call_id))
+
+    def close(self) -> None:
+        """An open turn takes no more calls; it ends after its last one."""
+        client = self.session.client
+        client._request(EndTurn(client._core.next_id(), self.id))
 
     @property
     def events(self) -> list[TurnItem]:

@@ -90,8 +90,10 @@ class Coordinator:
         gate: Gate | None = None,
         max_tool_concurrency: int | None = None,
         turn_id: str | None = None,
+        open: bool = False,
     ) -> Turn:
-        """Start a turn (it waits for the session's previous turn) and return it."""
+        """Start a turn (it waits for the session's previous turn) and return it;
+        ``open`` turns take more calls until closed (``Turn.add``, ``Turn.close``)."""
         turn = Turn(
             calls,
             session=session,
@@ -102,6 +104,7 @@ class Coordinator:
             emit=on_event or _discard,
             gate=gate,
             turn_id=turn_id,
+            open=open,
         )
         return turn.start()
 

@@ -70,11 +70,34 @@ class TurnScheduler:
             return False
         return self._running < self._max
 
+    def add(self, safe: bool, cancel_on_interrupt: bool) -> int:
+        """Queue one more call at the tail (an open turn); its index. A stopped
+        scheduler takes no new call."""
+        if self._stopped:
+            raise ValueError("the turn was stopped: it takes no new calls")
+        self._safe.append(safe)
+        self._cancel_on_interrupt.append(cancel_on_interrupt)
+        self._state.append(CallState.QUEUED)
+        return len(self._state) - 1
+
+    def cancel_one(self, index: int) -> CallState:
+        """Stop one call: a running one is to be cancelled (the answer is RUNNING), a
+        queued one never starts (QUEUED); a finished one needs nothing (DONE)."""
+        state = self._state[index]
+        if state is CallState.RUNNING:
+            self._cancelled.add(index)
+        elif state is CallState.QUEUED:
+            self._state[index] = CallState.DONE
+        return state
+
     def start_ready(self) -> list[int]:
         """The calls to start now, in turn order; they count as running from here."""
         started: list[int] = []
         while not self._stopped and self._next < len(self._state):
             i = self._next
+            if self._state[i] is CallState.DONE:  # cancelled while queued
+                self._next += 1
+                continue
             if not self._can_start(self._safe[i]):
                 break  # head-of-line: the calls behind it wait too (S2)
             self._state[i] = CallState.RUNNING
@@ -109,7 +132,9 @@ class TurnScheduler:
             if state is CallState.RUNNING and i not in self._cancelled and should_cancel(i)
         )
         self._cancelled.update(cancel)
-        never_started = tuple(range(self._next, len(self._state)))
+        never_started = tuple(
+            i for i in range(self._next, len(self._state)) if self._state[i] is CallState.QUEUED
+        )
         for i in never_started:
             self._state[i] = CallState.DONE
         self._next = len(self._state)

@@ -31,15 +31,18 @@ from toolpool.coordinator.pool import WorkerPool
 from toolpool.coordinator.runtime import Coordinator
 from toolpool.coordinator.session import Session
 from toolpool.coordinator.turn import Turn
-from toolpool.models import Event, ToolEnd, TurnEnd
+from toolpool.models import Event, ToolCall, ToolEnd, TurnEnd
 from toolpool.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Accepted,
+    Append,
     ApprovalReply,
     ApprovalRequest,
     Bye,
+    CancelCall,
     CloseSession,
+    EndTurn,
     Error,
     Hello,
     Message,
@@ -261,6 +264,8 @@ class Server:
                 self._close(client, message)
             case Submit():
                 self._submit(client, message)
+            case Append() | CancelCall() | EndTurn():
+                self._turn_request(client, message)
             case Steer():
                 self._steer(client, message)
             case ApprovalReply():
@@ -355,17 +360,55 @@ class Server:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def _submit(self, client: ClientState, message: Submit) -> None:
-        if self.draining:
-            raise BadRequest("shutting_down", "the daemon is shutting down; no new turns")
-        entry = self._entry(client, message.session_id)
+    @staticmethod
+    def _calls(payload: Any, format: str | None) -> list[ToolCall]:
         try:
-            calls = parse_tool_calls(message.calls, message.format)
+            calls = parse_tool_calls(payload, format)
         except ValueError as exc:
             raise BadRequest("bad_request", f"cannot read the calls: {exc}") from None
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
             raise BadRequest("bad_request", "call ids within a turn must be unique")
+        return calls
+
+    def _turn_request(self, client: ClientState, message: Append | CancelCall | EndTurn) -> None:
+        """The requests about one turn of one of the client's sessions."""
+        found = next(
+            (
+                (entry, entry.turns[message.turn_id])
+                for entry in self.sessions.values()
+                if entry.owner == client.address and message.turn_id in entry.turns
+            ),
+            None,
+        )
+        if found is None:
+            raise BadRequest("unknown_turn", f"no running turn {message.turn_id!r} of yours")
+        entry, turn = found
+        data: Any = None
+        match message:
+            case Append():
+                calls = self._calls(message.calls, message.format)
+                try:
+                    turn.add(calls)
+                except ValueError as exc:
+                    raise BadRequest("bad_request", str(exc)) from None
+                entry.turn_of_call.update(dict.fromkeys((c.id for c in calls), turn.id))
+                data = {"call_ids": [c.id for c in calls]}
+            case CancelCall():
+                try:
+                    turn.cancel(message.call_id)
+                except KeyError as exc:
+                    raise BadRequest("bad_request", str(exc.args[0])) from None
+            case EndTurn():
+                turn.close()
+        self.send(client.address, Reply(message.request_id, data))
+
+    def _submit(self, client: ClientState, message: Submit) -> None:
+        if self.draining:
+            raise BadRequest("shutting_down", "the daemon is shutting down; no new turns")
+        entry = self._entry(client, message.session_id)
+        calls = self._calls(message.calls, message.format)
+        ids = [c.id for c in calls]
         turn_id = uuid.uuid4().hex[:12]
         address = client.address
 
@@ -375,8 +418,8 @@ class Server:
                 _log_call_end(entry.session.id, turn_id, event)
             elif isinstance(event, TurnEnd):
                 entry.turns.pop(turn_id, None)
-                for call in calls:
-                    entry.turn_of_call.pop(call.id, None)
+                for result in event.results:
+                    entry.turn_of_call.pop(result.call_id, None)
                 log.info(
                     "turn ended: %d results, %d errors",
                     len(event.results),
@@ -392,6 +435,7 @@ class Server:
             gate=entry.gate,
             max_tool_concurrency=entry.max_tool_concurrency,
             turn_id=turn_id,
+            open=message.open,
         )
         entry.turns[turn_id] = turn
         entry.turn_of_call.update(dict.fromkeys(ids, turn_id))

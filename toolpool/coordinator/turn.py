@@ -18,7 +18,7 @@ from typing import Any
 from toolpool.cancel import CancelSource, CancelToken
 from toolpool.coordinator.gate import Gate
 from toolpool.coordinator.pipeline import EventSink, Pipeline
-from toolpool.coordinator.scheduler import StopPlan, TurnScheduler
+from toolpool.coordinator.scheduler import CallState, StopPlan, TurnScheduler
 from toolpool.coordinator.session import Session
 from toolpool.models import (
     Event,
@@ -67,6 +67,11 @@ class Turn:
 
     ``interrupt()`` and ``abort()`` may be called at any time from the event loop's
     thread, also before the turn has started or after it ended (then they do nothing).
+
+    An *open* turn (``open=True``) takes more calls while it runs (``add``), queued at
+    its tail under the same scheduling rules, and ends only after ``close()``: the
+    shape of a connection whose calls arrive one by one (MCP). Any call of any turn
+    can be cancelled alone (``cancel``).
     """
 
     def __init__(
@@ -79,12 +84,17 @@ class Turn:
         emit: EventSink,
         gate: Gate | None = None,
         turn_id: str | None = None,
+        open: bool = False,
     ) -> None:
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
             raise ValueError("call ids within a turn must be unique")
         self.id = turn_id or uuid.uuid4().hex[:12]
-        self.calls = tuple(calls)
+        self.calls = list(calls)
+        self.open = open
+        self._closed = not open
+        self._wake = asyncio.Event()  # calls were added, or the turn was closed
+        self._cancel_first: dict[int, CancelSource] = {}  # cancelled before the start
         self.session = session
         self._pipeline = pipeline
         self._max = max_tool_concurrency
@@ -136,6 +146,49 @@ class Turn:
             result = never_started_result(call, source)
             self._results[i] = self._pipeline.end_unstarted(call, self.session, self._emit, result)
 
+    def add(self, calls: Sequence[ToolCall]) -> None:
+        """Queue more calls at the tail of an open turn."""
+        stopped = self._scheduler is not None and self._scheduler.statistics().stopped
+        if self._closed or stopped or self.state is TurnState.DONE:
+            raise ValueError("the turn is closed or stopped: it takes no new calls")
+        ids = {c.id for c in self.calls}
+        new_ids = [c.id for c in calls]
+        if len(set(new_ids)) != len(new_ids) or ids & set(new_ids):
+            raise ValueError("call ids within a turn must be unique")
+        for call in calls:
+            self.calls.append(call)
+            self._tokens.append(CancelToken())
+            self._results.append(None)
+            if self._scheduler is not None:
+                plan = self._plan(call)
+                self._scheduler.add(plan.safe, plan.cancel_on_interrupt)
+        self._wake.set()
+
+    def cancel(self, call_id: str, source: CancelSource = CancelSource.INTERRUPT) -> None:
+        """Stop one call: cancelled if it runs, ended unstarted if it is queued."""
+        index = next((i for i, c in enumerate(self.calls) if c.id == call_id), None)
+        if index is None:
+            raise KeyError(f"no call {call_id!r} in turn {self.id}")
+        if self._scheduler is None:
+            self._cancel_first[index] = source
+            return
+        match self._scheduler.cancel_one(index):
+            case CallState.RUNNING:
+                self._tokens[index].cancel(source)
+            case CallState.QUEUED:
+                call = self.calls[index]
+                result = never_started_result(call, source)
+                self._results[index] = self._pipeline.end_unstarted(
+                    call, self.session, self._emit, result
+                )
+            case CallState.DONE:
+                pass
+
+    def close(self) -> None:
+        """An open turn takes no more calls; it ends when the last one has."""
+        self._closed = True
+        self._wake.set()
+
     async def results(self) -> tuple[ToolResult, ...]:
         """Wait for the turn to end; the results in the turn's call order (S6)."""
         task = self.start()._task
@@ -168,6 +221,8 @@ class Turn:
             )
             if self._stop_requested is not None:
                 self._stop(self._stop_requested)
+            for index, source in self._cancel_first.items():
+                self.cancel(self.calls[index].id, source)
             cancelled_from_outside = await self._run_calls(self._scheduler)
             results = tuple(r for r in self._results if r is not None)
             assert len(results) == len(self.calls)
@@ -187,17 +242,26 @@ class Turn:
         cancelled_from_outside = False
         while True:
             self._start_ready(scheduler, running)
-            if not running:
+            if not running and (self._closed or scheduler.statistics().stopped):
                 break
+            # An open turn also wakes when calls are added or it is closed.
+            self._wake.clear()
+            woken = asyncio.ensure_future(self._wake.wait()) if self.open else None
+            waiting: set[asyncio.Future[Any]] = set(running)
+            if woken is not None:
+                waiting.add(woken)
             try:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 # Our own task was cancelled (shutdown): abort, so that every call
                 # still ends with its events; the cancellation goes on after turn_end.
                 cancelled_from_outside = True
                 self.abort()
                 continue
-            for task in done:
+            finally:
+                if woken is not None:
+                    woken.cancel()
+            for task in running.keys() & done:
                 i = running.pop(task)
                 self._results[i] = task.result()
                 scheduler.finish(i)
