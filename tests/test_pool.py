@@ -21,9 +21,11 @@ import pytest
 import zmq
 
 from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
+from toolpool.cancel import CancelToken
 from toolpool.coordinator import Coordinator
 from toolpool.coordinator.pool import PoolConfig, PoolError, WorkerPool
 from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.protocol import Execute
 from toolpool.sandbox import Limits, SandboxProfile
 from toolpool.sandbox.limits import MiB
 
@@ -433,6 +435,36 @@ async def test_D4_cancel_while_waiting_for_a_worker_never_runs_the_call(
     assert cancelled.error_code is ErrorCode.CANCELLED
     assert "worker" not in cancelled.details  # no worker ever took it
     assert (await busy)[0].text == "chore done after 1.0"
+
+
+@pytest.mark.spec("D2")
+async def test_D2_a_cancelled_waiter_leaves_the_queue_and_the_worker_serves_others(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    pool = await make_pool(min_workers=1, max_workers=1)
+    coordinator = coordinator_on(pool)
+    busy = coordinator.submit(
+        coordinator.open_session(workspace), [ToolCall("a", "chore", {"seconds": 0.5})]
+    )
+    await until(lambda: pool.statistics().workers["busy"] == 1)
+    context = {"session_id": "s", "workspace": str(workspace), "extra_roots": []}
+    waiter = asyncio.ensure_future(
+        pool.run(
+            Execute("b", "nap", {"seconds": 60}, context, LIMITS.to_dict(), {}),
+            network=False,
+            token=CancelToken(),
+            on_progress=lambda _: None,
+            limits=LIMITS,
+        )
+    )
+    await until(lambda: pool.statistics().queued == 1)
+    waiter.cancel()  # its task itself, as at shutdown: not through the token
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert pool.statistics().queued == 0
+    assert (await busy)[0].text == "chore done after 0.5"
+    # the freed worker was not handed to the cancelled waiter: it serves the next call
+    assert (await call(coordinator, workspace, "nap", seconds=0)).text == "slept 0.0"
 
 
 # --- the coordinator's death, bad peers, bad configuration ---------------------------------

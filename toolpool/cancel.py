@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from enum import StrEnum
 
 
@@ -33,12 +34,13 @@ class CancelToken:
     The first ``cancel`` wins: its source is the one reported.
     """
 
-    __slots__ = ("_event", "_flag", "_source")
+    __slots__ = ("_callbacks", "_event", "_flag", "_source")
 
     def __init__(self) -> None:
         self._flag = threading.Event()
         self._event: asyncio.Event | None = None
         self._source: CancelSource | None = None
+        self._callbacks: list[Callable[[CancelSource], None]] = []
 
     def cancel(self, source: CancelSource) -> None:
         """Ask the call to stop. Call from the event loop's thread."""
@@ -48,6 +50,24 @@ class CancelToken:
         self._flag.set()
         if self._event is not None:
             self._event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(source)
+
+    def on_cancel(self, callback: Callable[[CancelSource], None]) -> Callable[[], None]:
+        """Call ``callback(source)`` when cancelled (at once if it already is); returns
+        a function that takes the callback back. Cheaper than a task awaiting
+        ``wait()`` where many calls are in flight."""
+        if self._source is not None:
+            callback(self._source)
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
 
     @property
     def requested(self) -> bool:

@@ -307,11 +307,12 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class TurnEvent:
-    """Daemon → client: one event of a turn (``Event.to_dict()``). No answer."""
+    """Daemon → client: events of a turn (``Event.to_dict()`` each), in order; those
+    emitted together travel together. No answer."""
 
     type: ClassVar[MessageType] = MessageType.TURN_EVENT
     turn_id: str
-    event: dict[str, Any]
+    events: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +527,7 @@ _EXPECTED: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "float": (int, float),
     "list[str]": (list,),
+    "list[dict[str, Any]]": (list,),
     "dict[str, Any]": (dict,),
     "dict[str, dict[str, Any]]": (dict,),
     "dict[str, dict[str, Any] | None]": (dict,),

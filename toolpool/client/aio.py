@@ -211,6 +211,11 @@ class AsyncClient:
         """The daemon closed the connection (it stopped or died): fail whoever waits."""
         try:
             await monitor.recv_multipart()
+            # What the daemon sent before it went still counts: let the reader file it.
+            pending = self._socket is not None and await self._socket.poll(timeout=0)
+            while pending:  # a yield to the reader, not a wait for a condition
+                await asyncio.sleep(0)
+                pending = self._socket is not None and await self._socket.poll(timeout=0)
             self._fail(DaemonUnavailable(f"the daemon at {self.endpoint} closed the connection"))
         finally:
             monitor.close()
@@ -240,7 +245,8 @@ class AsyncClient:
             assert isinstance(message, TurnEvent)
             stream = self._streams.get(message.turn_id)
             if stream is not None:
-                stream.add(self._core.event(message))
+                for event in self._core.events(message):
+                    stream.add(event)
                 if stream.log.results is not None:
                     del self._streams[message.turn_id]  # the Turn keeps its stream
         elif kind == "approval":

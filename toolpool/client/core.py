@@ -175,9 +175,9 @@ class ClientCore:
         return message
 
     @staticmethod
-    def event(message: TurnEvent) -> Event:
+    def events(message: TurnEvent) -> list[Event]:
         try:
-            return event_from_dict(message.event)
+            return [event_from_dict(e) for e in message.events]
         except (KeyError, ValueError, TypeError) as exc:
             raise ClientProtocolError(f"unreadable event from the daemon: {exc}") from None
 

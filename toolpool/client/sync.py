@@ -97,6 +97,7 @@ class Client:
         self._monitor: zmq.Socket[bytes] | None = None
         self._replies: dict[str, Message] = {}
         self._turns: dict[str, TurnLog] = {}
+        self._accepted: dict[str, TurnLog] = {}  # request id → the log of its turn
         self._handlers: dict[str, ApprovalHandler | None] = {}
         self._lock = threading.RLock()
         self.daemon_pid: int | None = None
@@ -182,13 +183,24 @@ class Client:
             if deadline is not None and wait == 0:
                 raise ClientTimeout(f"no answer from the daemon within {timeout:g} s")
             ready = dict(poller.poll(wait))
-            if self._monitor is not None and self._monitor in ready:
+            if self._socket in ready:
+                self._read_waiting()
+            elif self._monitor is not None and self._monitor in ready:
                 self._monitor.recv_multipart()
-                raise DaemonUnavailable(f"the daemon at {self.endpoint} closed the connection")
-            if self._socket not in ready:
-                continue
+                self._read_waiting()  # what the daemon sent before it went still counts
+                if not done():
+                    raise DaemonUnavailable(f"the daemon at {self.endpoint} closed the connection")
+
+    def _read_waiting(self) -> None:
+        """File every message that has arrived, without waiting for more."""
+        assert self._socket is not None
+        while True:
             try:
-                message = decode(self._socket.recv())
+                frame = self._socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                message = decode(frame)
             except ProtocolError as exc:
                 raise ClientProtocolError(str(exc)) from None
             self._file(message)
@@ -197,12 +209,18 @@ class Client:
         kind, key = self._core.key(message)
         if kind == "reply":
             assert key is not None
+            if isinstance(message, Accepted):
+                # The turn's events may be right behind: its log must exist first.
+                fresh = TurnLog(message.turn_id, list(message.call_ids))
+                self._turns[message.turn_id] = fresh
+                self._accepted[key] = fresh
             self._replies[key] = message
         elif kind == "event":
             assert isinstance(message, TurnEvent)
             log = self._turns.get(message.turn_id)
             if log is not None:
-                log.add(self._core.event(message))
+                for event in self._core.events(message):
+                    log.add(event)
                 if log.results is not None:
                     del self._turns[message.turn_id]  # the Turn keeps its log
         elif kind == "approval":
@@ -269,10 +287,12 @@ class Session:
         An ``open`` turn takes more calls (``Turn.add``) until ``Turn.close``."""
         client = self.client
         message = submit_message(client._core.next_id(), self.id, calls, format, open)
-        accepted = client._request(message)
+        try:
+            accepted = client._request(message)
+        finally:
+            log = client._accepted.pop(message.request_id, None)
         assert isinstance(accepted, Accepted)
-        log = TurnLog(accepted.turn_id, list(accepted.call_ids))
-        client._turns[accepted.turn_id] = log
+        assert log is not None
         return Turn(self, log)
 
     def interrupt(self) -> None:

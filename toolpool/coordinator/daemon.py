@@ -160,9 +160,9 @@ async def serve(config: DaemonConfig) -> int:
 
 
 def _start_authenticator(server: Server, config: DaemonConfig) -> Any:
-    from zmq.auth.asyncio import AsyncioAuthenticator
+    from zmq.auth.thread import ThreadAuthenticator
 
-    authenticator = AsyncioAuthenticator(server._context)
+    authenticator = ThreadAuthenticator(server.context)
     authenticator.start()
     authenticator.configure_curve(domain="*", location=str(config.curve_authorized_keys))
     return authenticator

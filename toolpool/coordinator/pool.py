@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from toolpool.cancel import CancelToken
 from toolpool.coordinator.zygote import Zygote, ZygoteError
@@ -69,6 +68,7 @@ from toolpool.sandbox.terminate import (
     terminate,
 )
 from toolpool.worker.main import WorkerConfig
+from toolpool.zmqloop import LoopSocket
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +151,8 @@ class Worker:
     oom_baseline: int = 0
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
+    replaces_exit_at: float | None = None  # when the worker it replaces exited
+    cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,7 @@ class PoolStatistics:
     replaced: int
     calls: int
     profile: dict[str, Any]
+    replacement_ms: list[float]  # exit of a worker → its replacement ready, latest last
 
 
 class WorkerPool:
@@ -187,18 +190,24 @@ class WorkerPool:
         self.profile = SandboxProfile.nothing()
         self._workers: dict[str, Worker] = {}
         self._by_pid: dict[int, Worker] = {}
-        self._waiters: deque[tuple[bool, asyncio.Future[Worker]]] = deque()
+        # Calls waiting for a worker, by kind (offline or not), first come first
+        # served. Only pending futures are kept: whoever settles one removes it.
+        self._waiters: dict[bool, deque[asyncio.Future[Worker | None]]] = {
+            False: deque(),
+            True: deque(),
+        }
         self._ids = itertools.count(1)
         self._cgroups: CgroupTree | None = None
         self._zygote: Zygote | None = None
-        self._context: zmq.asyncio.Context | None = None
-        self._router: zmq.asyncio.Socket | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._router: LoopSocket | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Future[Any]] = set()
         self._runtime_dir: Path | None = None
         self._owns_runtime_dir = False
         self._start_failures = 0
         self._counts = {"started": 0, "replaced": 0, "calls": 0}
+        self._replacement_ms: deque[float] = deque(maxlen=100)
         self._open = False
         self.endpoint = ""
 
@@ -223,21 +232,20 @@ class WorkerPool:
             self._runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self._runtime_dir, 0o700)
         self.endpoint = f"ipc://{self._runtime_dir}/workers.sock"
-        self._context = zmq.asyncio.Context()
-        self._router = self._context.socket(zmq.ROUTER)
-        self._router.setsockopt(zmq.LINGER, 0)
-        self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
-        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._router.bind(self.endpoint)
+        self._context = zmq.Context()
+        router = self._context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.setsockopt(zmq.SNDHWM, 0)  # a send never blocks the loop
+        router.bind(self.endpoint)
+        self._router = LoopSocket(router, self._on_frames)
         self._zygote = Zygote(
             self.config.tool_modules, self._runtime_dir, self._on_exit, self._on_zygote_death
         )
         await self._zygote.start()
         self._open = True
-        self._tasks = [
-            asyncio.ensure_future(self._receive()),
-            asyncio.ensure_future(self._watch_heartbeats()),
-        ]
+        self._tasks = [asyncio.ensure_future(self._watch_heartbeats())]
         workers = [
             self._spawn(offline=self._offline_default) for _ in range(self.config.min_workers)
         ]
@@ -252,16 +260,13 @@ class WorkerPool:
         zygote and the socket; remove the cgroups and the runtime directory. Nothing
         is left running."""
         self._open = False
-        for _, future in self._waiters:
-            if not future.done():
-                future.set_exception(PoolError("the pool is closed"))
-        self._waiters.clear()
+        self._fail_waiters("the pool is closed")
         live = [w for w in self._workers.values() if w.state is not WorkerState.DEAD]
         for worker in live if polite else ():
             if worker.state is WorkerState.STARTING:
                 continue  # not connected yet: it cannot hear a Shutdown
             worker.state = WorkerState.RETIRING
-            await self._send(worker, Shutdown("pool closing"))
+            self._send(worker, Shutdown("pool closing"))
         leaving = [w.exited for w in live if w.state is WorkerState.RETIRING]
         if leaving:
             await asyncio.wait(leaving, timeout=2.0)
@@ -277,6 +282,7 @@ class WorkerPool:
                 await task
         if self._router is not None:
             self._router.close()
+            self._router = None
         if self._context is not None:
             self._context.term()
         for worker in self._workers.values():
@@ -320,7 +326,7 @@ class WorkerPool:
         self._counts["calls"] += 1
         try:
             self._apply_cgroup_limits(worker, limits)
-            await self._send(worker, execute)
+            self._send(worker, execute)
             return await self._await_call(worker, flight, token, limits)
         finally:
             worker.flight = None
@@ -330,16 +336,26 @@ class WorkerPool:
     async def _await_call(
         self, worker: Worker, flight: _Flight, token: CancelToken, limits: Limits
     ) -> PoolOutcome:
-        cancelled = asyncio.ensure_future(token.wait())
-        waiting: set[asyncio.Future[Any]] = {flight.result, worker.exited, cancelled}
+        # One future, woken by whichever comes first: the result, the worker's end,
+        # a cancel, or the wall time (callbacks, not a task per call: many may wait).
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+
+        def fire(*_: object) -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        flight.result.add_done_callback(fire)
+        worker.exited.add_done_callback(fire)
+        untrack = token.on_cancel(fire)
+        timer = loop.call_later(limits.wall_seconds, fire)
         try:
-            await asyncio.wait(
-                waiting,
-                timeout=limits.wall_seconds,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await wake
         finally:
-            cancelled.cancel()
+            timer.cancel()
+            untrack()
+            flight.result.remove_done_callback(fire)
+            worker.exited.remove_done_callback(fire)
         if flight.result.done():
             return self._answered(worker, flight.result.result())
         if worker.exited.done():
@@ -404,29 +420,37 @@ class WorkerPool:
         the token fires first."""
         if not self._open:
             raise PoolError("the pool is not running")
-        for worker in self._workers.values():
-            if worker.state is WorkerState.IDLE and worker.offline == offline:
-                worker.state = WorkerState.BUSY
-                return worker
-        future: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
-        self._waiters.append((offline, future))
+        for idle in self._workers.values():
+            if idle.state is WorkerState.IDLE and idle.offline == offline:
+                idle.state = WorkerState.BUSY
+                return idle
+        future: asyncio.Future[Worker | None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters[offline]
+        waiters.append(future)
         self._grow(offline)
-        cancelled = asyncio.ensure_future(token.wait())
-        either: set[asyncio.Future[Any]] = {future, cancelled}
+
+        def give_up(_: object) -> None:
+            if not future.done():
+                waiters.remove(future)
+                future.set_result(None)
+
+        untrack = token.on_cancel(give_up)
         try:
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            worker = await future  # raises PoolError when workers cannot start
+        except asyncio.CancelledError:
+            if not future.done() or future.cancelled():  # our task's cancel cancels it
+                waiters.remove(future)
+            elif future.exception() is None:
+                given = future.result()
+                if given is not None:
+                    self._release(given)  # handed over just as our task was cancelled
+            raise
         finally:
-            cancelled.cancel()
-            with contextlib.suppress(ValueError):
-                self._waiters.remove((offline, future))
-        if future.done():
-            worker = future.result()  # raises PoolError when workers cannot start
-            if token.requested:
-                self._release(worker)
-                return None
-            return worker
-        future.cancel()
-        return None
+            untrack()
+        if worker is not None and token.requested:
+            self._release(worker)
+            return None
+        return worker
 
     def _live(self) -> list[Worker]:
         return [
@@ -438,7 +462,7 @@ class WorkerPool:
     def _grow(self, offline: bool) -> None:
         """Start workers for the waiters no starting worker will serve, up to the
         maximum; make room by retiring idle workers of the other kind."""
-        waiting = sum(1 for kind, f in self._waiters if kind == offline and not f.done())
+        waiting = len(self._waiters[offline])
         starting = sum(
             1 for w in self._live() if w.state is WorkerState.STARTING and w.offline == offline
         )
@@ -509,19 +533,23 @@ class WorkerPool:
             self._grow(worker.offline)  # try again for whoever waits
         else:
             # Starting more would fail the same way (a tool module that does not import…).
-            while self._waiters:
-                _, future = self._waiters.popleft()
-                if not future.done():
-                    future.set_exception(PoolError(f"workers fail to start: {why}"))
+            self._fail_waiters(f"workers fail to start: {why}")
+
+    def _fail_waiters(self, why: str) -> None:
+        for waiters in self._waiters.values():
+            while waiters:
+                waiters.popleft().set_exception(PoolError(why))
 
     def _on_ready(self, worker: Worker, message: Ready) -> None:
         if message.version != PROTOCOL_VERSION:
-            self._in_background(self._send(worker, Shutdown("protocol version mismatch")))
+            self._send(worker, Shutdown("protocol version mismatch"))
             self._start_failed(
                 worker, f"it speaks protocol {message.version}, not {PROTOCOL_VERSION}"
             )
             return
         worker.ready_at = time.monotonic()
+        if worker.replaces_exit_at is not None:
+            self._replacement_ms.append((worker.ready_at - worker.replaces_exit_at) * 1000)
         self._start_failures = 0
         if not worker.ready.done():
             worker.ready.set_result(None)
@@ -529,15 +557,14 @@ class WorkerPool:
 
     def _release(self, worker: Worker) -> None:
         """The worker is free: give it to the first waiter of its kind, or idle it."""
-        for kind, future in list(self._waiters):
-            if kind == worker.offline and not future.done():
-                self._waiters.remove((kind, future))
-                worker.state = WorkerState.BUSY
-                future.set_result(worker)
-                return
+        waiters = self._waiters[worker.offline]
+        if waiters:
+            worker.state = WorkerState.BUSY
+            waiters.popleft().set_result(worker)
+            return
         worker.state = WorkerState.IDLE
         # A waiter of the other kind may be stuck behind a full pool: make room.
-        if any(kind != worker.offline for kind, f in self._waiters if not f.done()):
+        if self._waiters[not worker.offline]:
             self._grow(not worker.offline)
 
     def _after_call(self, worker: Worker) -> None:
@@ -556,16 +583,18 @@ class WorkerPool:
         if worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
             return
         worker.state = WorkerState.RETIRING
-        self._in_background(self._send(worker, Shutdown("retired")))
+        self._send(worker, Shutdown("retired"))
         self._replenish(worker.offline)
 
-    def _replenish(self, offline: bool) -> None:
+    def _replenish(self, offline: bool, exited_at: float | None = None) -> None:
+        """Start a replacement when the pool is below its minimum or calls wait;
+        ``exited_at`` (a death, not a retirement) times how long that takes."""
         if not self._open:
             return
         if len(self._live()) < self.config.min_workers:
             self._counts["replaced"] += 1
-            self._spawn(offline)
-        elif any(kind == offline for kind, f in self._waiters if not f.done()):
+            self._spawn(offline).replaces_exit_at = exited_at
+        elif self._waiters[offline]:
             self._counts["replaced"] += 1
             self._grow(offline)
 
@@ -601,7 +630,7 @@ class WorkerPool:
             return
         self._forget(worker)
         if was_live:
-            self._replenish(worker.offline)
+            self._replenish(worker.offline, exited_at=time.monotonic())
 
     def _forget(self, worker: Worker) -> None:
         worker.state = WorkerState.DEAD
@@ -618,9 +647,7 @@ class WorkerPool:
         for worker in list(self._workers.values()):
             if not worker.exited.done():
                 worker.exited.set_result(WorkerExit(None, signal.SIGKILL, "the zygote died"))
-        for _, future in self._waiters:
-            if not future.done():
-                future.set_exception(PoolError("the zygote died"))
+        self._fail_waiters("the zygote died")
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -628,39 +655,38 @@ class WorkerPool:
         task.add_done_callback(self._background.discard)
 
     def _apply_cgroup_limits(self, worker: Worker, limits: Limits) -> None:
-        if worker.cgroup is None:
+        applied = (limits.memory_bytes, limits.processes)
+        if worker.cgroup is None or worker.cgroup_limits == applied:
             return
         worker.cgroup.set_memory(limits.memory_bytes)
         worker.cgroup.set_pids(limits.processes)
+        worker.cgroup_limits = applied
 
     # -- messages -----------------------------------------------------------------------
 
-    async def _send(self, worker: Worker, message: Message) -> None:
+    def _send(self, worker: Worker, message: Message) -> None:
         if self._router is None or worker.state is WorkerState.DEAD:
             return
         try:
-            await self._router.send_multipart([worker.id.encode(), encode(message)])
+            self._router.send([worker.id.encode(), encode(message)])
         except zmq.ZMQError as exc:  # EHOSTUNREACH: it has not connected, or has gone
             log.info("could not send %s to %s: %s", message.type.value, worker.id, exc)
 
-    async def _receive(self) -> None:
-        assert self._router is not None
-        while True:
-            frames = await self._router.recv_multipart()
-            if len(frames) != 2:
-                log.warning("dropped a message of %d frames", len(frames))
-                continue
-            identity, payload = frames
-            worker = self._workers.get(identity.decode(errors="replace"))
-            try:
-                message = decode(payload)
-            except ProtocolError as exc:
-                log.warning("dropped a bad frame from %r: %s", identity, exc)
-                continue
-            if worker is None:
-                continue
-            worker.last_seen = time.monotonic()
-            self._dispatch(worker, message)
+    def _on_frames(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            log.warning("dropped a message of %d frames", len(frames))
+            return
+        identity, payload = frames
+        worker = self._workers.get(identity.decode(errors="replace"))
+        try:
+            message = decode(payload)
+        except ProtocolError as exc:
+            log.warning("dropped a bad frame from %r: %s", identity, exc)
+            return
+        if worker is None:
+            return
+        worker.last_seen = time.monotonic()
+        self._dispatch(worker, message)
 
     def _dispatch(self, worker: Worker, message: Message) -> None:
         flight = worker.flight
@@ -700,11 +726,12 @@ class WorkerPool:
                 states[worker.state.value] += 1
         return PoolStatistics(
             workers=states,
-            queued=sum(1 for _, f in self._waiters if not f.done()),
+            queued=sum(len(waiters) for waiters in self._waiters.values()),
             started=self._counts["started"],
             replaced=self._counts["replaced"],
             calls=self._counts["calls"],
             profile=self.profile.to_dict(),
+            replacement_ms=[round(ms, 3) for ms in self._replacement_ms],
         )
 
     def worker_pids(self) -> dict[str, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from toolpool.coordinator.approvals import GateMode, make_gate, parse_policy
 from toolpool.coordinator.gate import Gate, GateDecision, GateRequest
@@ -62,6 +62,7 @@ from toolpool.protocol import (
 )
 from toolpool.providers import definitions, parse_tool_calls
 from toolpool.sandbox.limits import Limits
+from toolpool.zmqloop import LoopSocket
 
 log = logging.getLogger("toolpool.daemon")
 
@@ -123,9 +124,13 @@ class Server:
         self.approvals: dict[str, tuple[asyncio.Future[GateDecision], Address]] = {}
         self.draining = False
         self.started_at = time.time()
-        self._context = zmq.asyncio.Context()
-        self._sockets: list[zmq.asyncio.Socket] = []
-        self._outbox: asyncio.Queue[tuple[Address, bytes]] = asyncio.Queue()
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._raw: list[zmq.Socket[bytes]] = []  # bound, not yet driven by the loop
+        self._sockets: list[LoopSocket] = []
+        # Events wait here until the end of the loop's turn, so that those emitted
+        # together (a call's end, its messages, the turn's end) go in one frame.
+        self._pending: dict[Address, list[tuple[str, dict[str, Any]]]] = {}
+        self._flush_scheduled = False
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
         self.endpoints: list[str] = []
@@ -156,14 +161,19 @@ class Server:
         bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         if bound.startswith("ipc://"):
             os.chmod(bound[len("ipc://") :], 0o600)
-        self._sockets.append(socket)
+        self._raw.append(socket)
         self.endpoints.append(bound)
         return bound
 
     def start(self) -> None:
-        self._tasks = [asyncio.ensure_future(self._receive(i)) for i in range(len(self._sockets))]
-        self._tasks.append(asyncio.ensure_future(self._send()))
-        self._tasks.append(asyncio.ensure_future(self._ping()))
+        """Serve the bound sockets on the running loop."""
+        for index, socket in enumerate(self._raw):
+            self._sockets.append(LoopSocket(socket, functools.partial(self._on_frames, index)))
+        self._tasks = [asyncio.ensure_future(self._ping())]
+
+    @property
+    def context(self) -> zmq.Context[zmq.Socket[bytes]]:
+        return self._context
 
     async def drain(self, grace: float) -> None:
         """Accept no new turns; give running ones ``grace`` seconds, then abort them."""
@@ -189,9 +199,7 @@ class Server:
             self._end_session(entry)
         if self._closing:
             await asyncio.wait(set(self._closing))
-        await asyncio.sleep(0)  # let the sender flush what is queued
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._outbox.join(), 1.0)
+        self._flush()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -204,42 +212,60 @@ class Server:
     # -- the wire ------------------------------------------------------------------------
 
     def send(self, address: Address, message: Message) -> None:
-        self._outbox.put_nowait((address, encode(message)))
+        """Send now, after the events still waiting for this client (so an approval
+        request never overtakes the tool_start of its call)."""
+        if self._pending.get(address):
+            self._flush(address)
+        self._send_frame(address, encode(message))
 
-    async def _send(self) -> None:
-        while True:
-            address, frame = await self._outbox.get()
-            try:
-                await self._sockets[address[0]].send_multipart([address[1], frame])
-            except zmq.ZMQError as exc:
-                # EHOSTUNREACH: the client's connection is gone.
-                log.info("client gone (%s)", exc.strerror, extra={"client": address[1].hex()})
-                self.forget_client(address)
-            finally:
-                self._outbox.task_done()
+    def send_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
+        """Queue a turn's event; the loop's turn ends with one frame per client."""
+        self._pending.setdefault(address, []).append((turn_id, event))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
-    async def _receive(self, index: int) -> None:
-        socket = self._sockets[index]
-        while True:
-            frames = await socket.recv_multipart(copy=True)
-            address: Address = (index, frames[0])
-            if len(frames) != 2:
-                log.warning("dropped a message of %d frames", len(frames))
-                self.send(address, Error(None, "protocol", "expected one frame per message"))
-                continue
-            try:
-                message = decode(frames[1])
-            except ProtocolError as exc:
-                log.warning("bad frame: %s", exc, extra={"client": address[1].hex()})
-                self.send(address, Error(None, "protocol", str(exc)))
-                continue
-            try:
-                self.handle(address, message)
-            except BadRequest as exc:
-                self.send(address, Error(_request_id(message), exc.code, exc.message))
-            except Exception as exc:
-                log.exception("failed on a %s", message.type.value)
-                self.send(address, Error(_request_id(message), "internal", repr(exc)))
+    def _flush(self, only: Address | None = None) -> None:
+        if only is None:
+            self._flush_scheduled = False
+        for address in [only] if only is not None else list(self._pending):
+            events = self._pending.pop(address, [])
+            batch: list[dict[str, Any]] = []
+            for i, (turn_id, event) in enumerate(events):
+                batch.append(event)
+                if i + 1 == len(events) or events[i + 1][0] != turn_id:
+                    self._send_frame(address, encode(TurnEvent(turn_id, batch)))
+                    batch = []
+
+    def _send_frame(self, address: Address, frame: bytes) -> None:
+        if address[0] >= len(self._sockets):
+            return
+        try:
+            self._sockets[address[0]].send([address[1], frame])
+        except zmq.ZMQError as exc:
+            # EHOSTUNREACH: the client's connection is gone.
+            log.info("client gone (%s)", exc.strerror, extra={"client": address[1].hex()})
+            self.forget_client(address)
+
+    def _on_frames(self, index: int, frames: list[bytes]) -> None:
+        address: Address = (index, frames[0])
+        if len(frames) != 2:
+            log.warning("dropped a message of %d frames", len(frames))
+            self.send(address, Error(None, "protocol", "expected one frame per message"))
+            return
+        try:
+            message = decode(frames[1])
+        except ProtocolError as exc:
+            log.warning("bad frame: %s", exc, extra={"client": address[1].hex()})
+            self.send(address, Error(None, "protocol", str(exc)))
+            return
+        try:
+            self.handle(address, message)
+        except BadRequest as exc:
+            self.send(address, Error(_request_id(message), exc.code, exc.message))
+        except Exception as exc:
+            log.exception("failed on a %s", message.type.value)
+            self.send(address, Error(_request_id(message), "internal", repr(exc)))
 
     async def _ping(self) -> None:
         """Find clients that went away without a Bye: a send to them fails."""
@@ -413,7 +439,8 @@ class Server:
         address = client.address
 
         def emit(event: Event) -> None:
-            self.send(address, TurnEvent(turn_id, event.to_dict()))
+            if address in self.clients:
+                self.send_event(address, turn_id, event.to_dict())
             if isinstance(event, ToolEnd):
                 _log_call_end(entry.session.id, turn_id, event)
             elif isinstance(event, TurnEnd):
@@ -542,6 +569,8 @@ class Server:
             status["workers"] = pool.workers
             status["queued_calls"] = pool.queued
             status["workers_started"] = pool.started
+            status["workers_replaced"] = pool.replaced
+            status["replacement_ms"] = pool.replacement_ms
             status["sandbox"] = pool.profile
         return status
 

@@ -8,9 +8,11 @@ the results into tool messages (M1, M2) and ends with one ``turn_end`` event.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
-from collections.abc import Generator, Sequence
+from collections import deque
+from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -237,43 +239,53 @@ class Turn:
             return results
 
     async def _run_calls(self, scheduler: TurnScheduler) -> bool:
-        """Run every call to its end; True when our own task was cancelled meanwhile."""
-        running: dict[asyncio.Task[ToolResult], int] = {}
+        """Run every call to its end; True when our own task was cancelled meanwhile.
+
+        Each call's task reports its end through a done-callback that wakes this loop
+        (``_wake``, which ``add`` and ``close`` set too): one wake-up per event, not an
+        ``asyncio.wait`` over every running task each time one of them ends.
+        """
+        running = 0
+        ended: deque[tuple[int, asyncio.Task[ToolResult]]] = deque()
+
+        def on_end(index: int, task: asyncio.Task[ToolResult]) -> None:
+            ended.append((index, task))
+            self._wake.set()
+
         cancelled_from_outside = False
         while True:
-            self._start_ready(scheduler, running)
+            for i, work in self._start_ready(scheduler):
+                task = asyncio.ensure_future(work)
+                task.add_done_callback(functools.partial(on_end, i))
+                running += 1
+            if ended:  # places freed: more calls may start now
+                while ended:
+                    i, task = ended.popleft()
+                    self._results[i] = task.result()
+                    scheduler.finish(i)
+                    running -= 1
+                continue
             if not running and (self._closed or scheduler.statistics().stopped):
                 break
-            # An open turn also wakes when calls are added or it is closed.
             self._wake.clear()
-            woken = asyncio.ensure_future(self._wake.wait()) if self.open else None
-            waiting: set[asyncio.Future[Any]] = set(running)
-            if woken is not None:
-                waiting.add(woken)
             try:
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                await self._wake.wait()
             except asyncio.CancelledError:
                 # Our own task was cancelled (shutdown): abort, so that every call
                 # still ends with its events; the cancellation goes on after turn_end.
                 cancelled_from_outside = True
                 self.abort()
-                continue
-            finally:
-                if woken is not None:
-                    woken.cancel()
-            for task in running.keys() & done:
-                i = running.pop(task)
-                self._results[i] = task.result()
-                scheduler.finish(i)
         return cancelled_from_outside
 
     def _start_ready(
-        self, scheduler: TurnScheduler, running: dict[asyncio.Task[ToolResult], int]
-    ) -> None:
-        """Start what the scheduler allows. A call that a guard ends at once (P1, P2)
-        frees its place at once, so ask again until nothing more starts."""
-        while started := scheduler.start_ready():
-            for i in started:
+        self, scheduler: TurnScheduler
+    ) -> list[tuple[int, Coroutine[Any, Any, ToolResult]]]:
+        """Start what the scheduler allows: P1-P3 now, the rest as coroutines to run. A
+        call that a guard ends at once (P1, P2) frees its place at once, so ask again
+        until nothing more starts."""
+        started: list[tuple[int, Coroutine[Any, Any, ToolResult]]] = []
+        while ready := scheduler.start_ready():
+            for i in ready:
                 begun = self._pipeline.begin(
                     self.calls[i], self.session, self._emit, self._tokens[i], gate=self._gate
                 )
@@ -281,7 +293,8 @@ class Turn:
                     self._results[i] = begun
                     scheduler.finish(i)
                 else:
-                    running[asyncio.ensure_future(self._pipeline.complete(begun))] = i
+                    started.append((i, self._pipeline.complete(begun)))
+        return started
 
     def statistics(self) -> dict[str, Any]:
         scheduler = self._scheduler.statistics() if self._scheduler else None

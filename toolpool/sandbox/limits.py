@@ -9,6 +9,7 @@ cgroups (cgroups.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 import resource
 import signal
 from collections.abc import Mapping
@@ -48,11 +49,15 @@ class Limits:
         return dataclasses.replace(self, **dict(overrides))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Not dataclasses.asdict: it deep-copies, and this runs for every call.
+        return {name: getattr(self, name) for name in _FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Limits:
         return cls().merged(data)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 def _set(which: int, soft: int, hard: int | None = None) -> None:
@@ -77,45 +82,37 @@ def apply_process_limits(limits: Limits) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-@dataclass(frozen=True, slots=True)
-class SavedLimits:
-    cpu: tuple[int, int]
-    fsize: tuple[int, int]
-    address_space: tuple[int, int]
+class CallLimits:
+    """A worker's per-call soft rlimits, moved only when a call needs them moved.
 
-
-def apply_call_limits(limits: Limits, *, limit_address_space: bool) -> SavedLimits:
-    """Move the soft limits for one call; ``restore_call_limits`` puts them back.
-
-    RLIMIT_CPU counts the process's whole life, so the soft limit becomes "CPU used
-    so far + this call's allowance" (SIGXCPU then, every second). Hard limits stay
-    where they are: lowering one cannot be undone without privilege, and a tool that
-    ignores SIGXCPU still meets its wall-time limit. RLIMIT_AS, when no memory
-    cgroup does the job, bounds the call's growth over the address space the worker
-    already has.
+    RLIMIT_CPU counts the process's whole life, so a call's allowance is "CPU used so
+    far + the allowance" (SIGXCPU when spent, every second after). A worker does next
+    to nothing between calls, so nothing is put back after a call: the CPU soft limit
+    moves only when the next call would start with less than its allowance (or much
+    more), and the file-size limit only when it differs from the last call's. Hard
+    limits stay where they are: lowering one cannot be undone without privilege, and a
+    tool that ignores SIGXCPU still meets its wall-time limit. RLIMIT_AS, used when no
+    memory cgroup does the job, bounds each call's growth over the address space the
+    worker already has.
     """
-    saved = SavedLimits(
-        resource.getrlimit(resource.RLIMIT_CPU),
-        resource.getrlimit(resource.RLIMIT_FSIZE),
-        resource.getrlimit(resource.RLIMIT_AS),
-    )
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    used = int(usage.ru_utime + usage.ru_stime)
-    allowance = max(1, int(limits.cpu_seconds + 0.999))
-    _set(resource.RLIMIT_CPU, used + allowance)
-    _set(resource.RLIMIT_FSIZE, limits.file_size_bytes)
-    if limit_address_space:
-        _set(resource.RLIMIT_AS, _address_space() + limits.memory_bytes)
-    return saved
 
+    def __init__(self, *, limit_address_space: bool) -> None:
+        self.limit_address_space = limit_address_space
+        self._fsize: int | None = None
 
-def restore_call_limits(saved: SavedLimits) -> None:
-    for which, value in (
-        (resource.RLIMIT_FSIZE, saved.fsize),
-        (resource.RLIMIT_AS, saved.address_space),
-        (resource.RLIMIT_CPU, saved.cpu),
-    ):
-        resource.setrlimit(which, value)
+    def apply(self, limits: Limits) -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used = usage.ru_utime + usage.ru_stime
+        allowance = max(1, math.ceil(limits.cpu_seconds))
+        soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
+        remaining = math.inf if soft == resource.RLIM_INFINITY else soft - used
+        if not allowance <= remaining <= allowance + 1:
+            _set(resource.RLIMIT_CPU, math.ceil(used) + allowance)
+        if limits.file_size_bytes != self._fsize:
+            _set(resource.RLIMIT_FSIZE, limits.file_size_bytes)
+            self._fsize = limits.file_size_bytes
+        if self.limit_address_space:
+            _set(resource.RLIMIT_AS, _address_space() + limits.memory_bytes)
 
 
 def _address_space() -> int:

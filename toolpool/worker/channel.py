@@ -1,15 +1,22 @@
-"""A worker's line to the coordinator: one ZeroMQ DEALER socket, owned by one thread.
+"""A worker's line to the coordinator: one ZeroMQ DEALER socket, two threads, a lock.
 
-The I/O thread receives messages into ``inbox`` for the main thread (which runs
-tools), sends what any thread queued with ``send``, and sends a heartbeat every
-interval whether a tool is running or not — a worker whose heartbeats stop is hung.
+The socket is used by one thread at a time (ZeroMQ allows a socket to move between
+threads behind a full memory barrier; the lock is that barrier):
+
+- idle, the main thread owns it: it waits for the next call on it, heartbeating
+  meanwhile, and sends the call's result itself — no thread hop on the call's path;
+- while a tool runs, the I/O thread takes it up: it sends the progress any thread
+  queued, and a heartbeat every interval. A worker whose heartbeats stop is hung (a
+  tool holding the GIL in C code, a stopped process) and gets replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
+import select
 import threading
 import time
 
@@ -28,59 +35,97 @@ def _rss() -> int:
 class Channel:
     def __init__(self, endpoint: str, worker_id: str, heartbeat_interval: float) -> None:
         self.worker_id = worker_id
-        self.inbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
         self._interval = heartbeat_interval
-        self._context = zmq.Context(io_threads=1)
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.IDENTITY, worker_id.encode())
         self._socket.setsockopt(zmq.LINGER, 2000)  # let a last result leave on exit
         self._socket.connect(endpoint)
+        self._lock = threading.Lock()
+        self._outbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        # A wake-up hint: never blocks the writer (a full pipe already means "wake up").
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._busy = threading.Event()  # a tool runs: the I/O thread serves the socket
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="toolpool-channel", daemon=True)
+        self._next_beat = 0.0
+        self._thread = threading.Thread(target=self._serve_busy, name="toolpool-io", daemon=True)
 
     def start(self) -> None:
-        self.send(Ready(self.worker_id, os.getpid()))
+        with self._lock:
+            self._socket.send(encode(Ready(self.worker_id, os.getpid())))
         self._thread.start()
 
+    # -- the main thread -----------------------------------------------------------------
+
+    def receive(self) -> Message:
+        """Wait for the next message from the coordinator (idle: heartbeat meanwhile)."""
+        while True:
+            with self._lock:
+                self._flush()  # late progress of the last call
+                self._heartbeat_if_due()
+                wait = max(0.0, self._next_beat - time.monotonic())
+                if not self._socket.poll(int(wait * 1000) + 1):
+                    continue
+                frame = self._socket.recv()
+            try:
+                return decode(frame)
+            except ProtocolError as exc:
+                log.error("dropped a bad frame from the coordinator: %s", exc)
+
+    def begin_call(self) -> None:
+        """A tool starts: the I/O thread serves the socket until ``end_call``. It is
+        not woken for that: it wakes for progress or at the next heartbeat, so a
+        short call never has it competing for the GIL."""
+        self._busy.set()
+
+    def end_call(self, result: Message) -> None:
+        """The tool is done: send what it reported, then its result."""
+        self._busy.clear()
+        with self._lock:
+            self._flush()
+            self._socket.send(encode(result))
+
+    # -- any thread ----------------------------------------------------------------------
+
     def send(self, message: Message) -> None:
-        """Queue ``message`` for the coordinator; safe from any thread."""
+        """Queue ``message`` (progress) for the coordinator; safe from any thread."""
         self._outbox.put(encode(message))
-        os.write(self._wake_w, b"\0")
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: wake-ups are waiting already
+            os.write(self._wake_w, b"\0")
 
     def close(self) -> None:
         self._closing = True
-        os.write(self._wake_w, b"\0")
+        self._busy.set()
+        self._wake()
         self._thread.join(timeout=5)
-        self._socket.close()
+        with self._lock:
+            self._flush()
+            self._socket.close()
         self._context.term()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
-    def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._socket, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        next_beat = time.monotonic()
-        try:
-            while True:
-                self._flush()
-                if self._closing:
-                    return
-                now = time.monotonic()
-                if now >= next_beat:
-                    self._socket.send(encode(Heartbeat(self.worker_id, _rss())))
-                    next_beat = now + self._interval
-                events = dict(poller.poll(int(max(0.0, next_beat - now) * 1000) + 1))
-                if self._wake_r in events:
-                    os.read(self._wake_r, 4096)
-                if self._socket in events:
-                    self._receive()
-        except zmq.ZMQError as exc:
-            log.error("worker channel failed: %s", exc)
-        finally:
-            self.inbox.put(None)  # the main thread sees the line is gone
+    # -- the I/O thread ------------------------------------------------------------------
+
+    def _serve_busy(self) -> None:
+        while not self._closing:
+            # Idle, it only looks now and then whether a call began (the main thread
+            # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress.
+            due = max(0.0, self._next_beat - time.monotonic())
+            wait = due if self._busy.is_set() else self._interval
+            readable, _, _ = select.select([self._wake_r], [], [], wait)
+            if readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 65536)
+            if self._busy.is_set() and not self._closing:
+                with self._lock:
+                    self._flush()
+                    self._heartbeat_if_due()
+
+    # -- with the lock held ------------------------------------------------------------------
 
     def _flush(self) -> None:
         while True:
@@ -90,13 +135,8 @@ class Channel:
                 return
             self._socket.send(frame)
 
-    def _receive(self) -> None:
-        while True:
-            try:
-                frame = self._socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                self.inbox.put(decode(frame))
-            except ProtocolError as exc:
-                log.error("dropped a bad frame from the coordinator: %s", exc)
+    def _heartbeat_if_due(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_beat:
+            self._socket.send(encode(Heartbeat(self.worker_id, _rss())))
+            self._next_beat = now + self._interval

@@ -82,12 +82,13 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
     channel.start()
     try:
         while True:
-            message = channel.inbox.get()
-            if message is None or isinstance(message, Shutdown):
+            message = channel.receive()
+            if isinstance(message, Shutdown):
                 return 0
             if not isinstance(message, Execute):
                 log.error("worker %s ignored a %s message", config.worker_id, message.type)
                 continue
+            channel.begin_call()
             try:
                 result = runner.run(message)
             except Cancelled:
@@ -95,7 +96,7 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
                 call = ToolCall(message.call_id, message.tool, message.arguments)
                 cancelled = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
                 result = Result(message.call_id, "cancelled", cancelled.to_dict())
-            channel.send(result)
+            channel.end_call(result)
     finally:
         runner.close()
         channel.close()

@@ -32,7 +32,7 @@ from toolpool.outcomes import result_from_exception, result_from_output
 from toolpool.protocol import Execute, Progress, Result
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux
-from toolpool.sandbox.limits import Limits, apply_call_limits, restore_call_limits
+from toolpool.sandbox.limits import CallLimits, Limits
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext
 from toolpool.worker.channel import Channel
@@ -89,7 +89,8 @@ class Runner:
     ) -> None:
         self.registry = registry
         self.channel = channel
-        self.limit_address_space = limit_address_space
+        self.limits = CallLimits(limit_address_space=limit_address_space)
+        self._parsed: tuple[dict[str, Any], Limits] | None = None  # the last limits seen
         self._running: _Running | None = None
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
@@ -102,9 +103,17 @@ class Runner:
     # -- signals -------------------------------------------------------------------
 
     def _arm(self) -> None:
-        # Installed before every call: a tool may have replaced them in the last one.
-        signal.signal(signal.SIGTERM, self._on_cancel)
-        signal.signal(signal.SIGXCPU, self._on_cpu_limit)
+        # Checked before every call: a tool may have replaced them in the last one.
+        if signal.getsignal(signal.SIGTERM) != self._on_cancel:
+            signal.signal(signal.SIGTERM, self._on_cancel)
+        if signal.getsignal(signal.SIGXCPU) != self._on_cpu_limit:
+            signal.signal(signal.SIGXCPU, self._on_cpu_limit)
+
+    def _limits(self, raw: dict[str, Any]) -> Limits:
+        """Parsed limits; calls of a session mostly carry the same ones."""
+        if self._parsed is None or self._parsed[0] != raw:
+            self._parsed = (raw, Limits.from_dict(raw))
+        return self._parsed[1]
 
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
         running = self._running
@@ -124,7 +133,7 @@ class Runner:
     def run(self, message: Execute) -> Result:
         call = ToolCall(message.call_id, message.tool, message.arguments)
         spec = self.registry.get(message.tool)
-        limits = Limits.from_dict(message.limits)
+        limits = self._limits(message.limits)
         files = RecordingRegister(message.stamps)
         token = CancelToken()
         context = message.context
@@ -146,11 +155,10 @@ class Runner:
         printed = _PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
         status = "ok"
-        saved = None
         try:
             if spec is None:
                 raise LookupError(f'tool "{call.name}" is not loaded in this worker')
-            saved = apply_call_limits(limits, limit_address_space=self.limit_address_space)
+            self.limits.apply(limits)
             self._arm()
             sys.stdout = sys.stderr = printed
             self._running = _Running(call.id)
@@ -195,8 +203,6 @@ class Runner:
             if os.getpid() != self._pid:
                 os._exit(0)  # a process the tool forked must not go on as a worker
             sys.stdout, sys.stderr = stdout, stderr
-            if saved is not None:
-                restore_call_limits(saved)
             swept = self._sweep()
         if status == "ok" and result.is_error:
             status = "error"
