@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,18 @@ def test_bad_settings_say_where_they_came_from(
 def test_an_explicit_config_file_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no configuration file"):
         load_config({"config": tmp_path / "missing.toml"}, env={})
+
+
+def test_mcp_servers_file_from_toml_environment_or_flag(tmp_path: Path) -> None:
+    toml = write(tmp_path / "config.toml", 'mcp_servers = "~/.config/toolpool/mcp.json"\n')
+    from_toml = load_config({}, env={"TOOLPOOL_CONFIG": str(toml)})
+    from_env = load_config(
+        {}, env={"XDG_CONFIG_HOME": str(tmp_path), "TOOLPOOL_MCP_SERVERS": "e.json"}
+    )
+    from_flag = load_config(
+        {"mcp_servers": tmp_path / "f.json"}, env={"TOOLPOOL_CONFIG": str(toml)}
+    )
+    assert load_config({}, env={"XDG_CONFIG_HOME": str(tmp_path)}).mcp_servers is None
+    assert from_toml.mcp_servers == Path(os.path.expanduser("~/.config/toolpool/mcp.json"))
+    assert from_env.mcp_servers == Path("e.json")
+    assert from_flag.mcp_servers == tmp_path / "f.json"

@@ -11,9 +11,14 @@ import pytest
 from toolpool.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
+    BridgeReady,
     Execute,
     Exited,
     Heartbeat,
+    McpCall,
+    McpCancel,
+    McpProgress,
+    McpResult,
     Message,
     Progress,
     ProtocolError,
@@ -47,6 +52,14 @@ MESSAGES: list[Message] = [
     Spawned("w2", 99),
     Exited(99, signal=9),
     Exited(98, exit_code=3),
+    BridgeReady("files", [{"name": "read_file", "inputSchema": {"type": "object"}}]),
+    BridgeReady("broken", error="[Errno 2] No such file or directory: 'npx'"),
+    McpCall("c1", "read_file", {"path": "/srv/a.txt"}),
+    McpProgress("c1", 2, 10.0, "two of ten"),
+    McpProgress("c1", 0.5),
+    McpResult("c1", [{"type": "image", "data": "iVBO", "mimeType": "image/png"}]),
+    McpResult("c1", [{"type": "text", "text": "no such file"}], is_error=True),
+    McpCancel("c1"),
 ]
 
 
@@ -73,6 +86,8 @@ def test_ready_carries_the_protocol_version() -> None:
         (msgpack.packb({"t": "ready", "worker_id": 7, "pid": 1}), "ready.worker_id is a int"),
         (msgpack.packb({"t": "spawned", "worker_id": "w", "pid": "1"}), "spawned.pid is a str"),
         (msgpack.packb({1: 2}), "not a msgpack frame"),  # non-string keys refused
+        (msgpack.packb({"t": "mcp_result", "call_id": "c", "content": "x"}), "is a str"),
+        (msgpack.packb({"t": "mcp_progress", "call_id": "c", "progress": "1"}), "is a str"),
     ],
 )
 def test_bad_bytes_raise_protocol_error(frame: Any, problem: str) -> None:

@@ -6,6 +6,7 @@ toolpool call NAME JSON [--workspace DIR]         one call, events live
 toolpool tools [--format openai|anthropic|…]      the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
+toolpool mcp serve [--workspace DIR]              the tools, to an MCP client over stdio
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _DAEMON_FLAGS: list[tuple[str, dict[str, Any]]] = [
     ("--sandbox-disable", {"action": "append", "dest": "sandbox_disabled"}),
     ("--log-level", {"choices": ["debug", "info", "warning", "error"]}),
     ("--log-file", {"type": Path}),
+    ("--mcp-servers", {"type": Path, "help": 'MCP servers to import ({"mcpServers": …} JSON)'}),
 ]
 
 
@@ -212,6 +214,21 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mcp_serve(args: argparse.Namespace) -> int:
+    """Serve the daemon's tools over stdio; starts a daemon when none runs. Only MCP
+    goes to stdout: everything else is written to stderr."""
+    from toolpool.mcp import McpUnavailable, require_sdk
+
+    try:
+        require_sdk()
+    except McpUnavailable as exc:
+        print(f"toolpool mcp serve: {exc}", file=sys.stderr)
+        return 2
+    from toolpool.mcp.serve import serve_stdio
+
+    return serve_stdio(Path(args.workspace), args.runtime_dir)
+
+
 # --- the parser ---------------------------------------------------------------------------
 
 
@@ -262,6 +279,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="show the sandbox profile this machine offers")
     doctor.set_defaults(handler=_cmd_doctor)
+
+    mcp = commands.add_parser("mcp", help="toolpool and the Model Context Protocol")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
+    mcp_serve = mcp_commands.add_parser(
+        "serve", help="serve the daemon's tools to an MCP client over stdio"
+    )
+    mcp_serve.add_argument("--workspace", default=".", help="the session's workspace (default: .)")
+    mcp_serve.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory")
+    mcp_serve.set_defaults(handler=_cmd_mcp_serve)
     return parser
 
 

@@ -50,6 +50,7 @@ class DaemonConfig:
     tool_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_level: str = "info"
     log_file: Path | None = None
+    mcp_servers: Path | None = None  # an {"mcpServers": {...}} JSON file: servers to import
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -110,6 +111,7 @@ _PARSE: dict[str, Callable[[Any], Any]] = {
     "sandbox_disabled": lambda v: frozenset(_strings(v)),
     "log_level": _level,
     "log_file": _path,
+    "mcp_servers": _path,
 }
 _LIMIT_NAMES = {f.name for f in dataclasses.fields(Limits)}
 

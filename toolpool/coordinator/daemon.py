@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from toolpool.coordinator import jsonlog
 from toolpool.coordinator.config import DaemonConfig
@@ -28,6 +28,8 @@ from toolpool.coordinator.pool_executor import PoolExecutor
 from toolpool.coordinator.runtime import Coordinator
 from toolpool.coordinator.server import Server, curve_keys, is_loopback
 from toolpool.errors import ToolpoolError
+from toolpool.mcp.bridges import import_mcp_servers
+from toolpool.mcp.config import McpConfigError
 from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.runtime import (
     ENDPOINT_NAME,
@@ -78,12 +80,25 @@ async def serve(config: DaemonConfig) -> int:
         raise DaemonError(f"a daemon is already running (pid {other}) in {runtime}")
     curve = _check_tcp(config) if config.tcp else None
     (runtime / SOCKET_NAME).unlink(missing_ok=True)  # a stale socket of a dead daemon
+    try:
+        mcp_servers = import_mcp_servers(config.mcp_servers, runtime / f"mcp-{os.getpid()}")
+        async with mcp_servers as mcp_modules:
+            return await _serve(config, runtime, curve, (*config.tool_modules, *mcp_modules))
+    except McpConfigError as exc:
+        raise DaemonError(str(exc)) from exc
 
+
+async def _serve(
+    config: DaemonConfig,
+    runtime: Path,
+    curve: tuple[bytes, bytes] | None,
+    tool_modules: tuple[str, ...],
+) -> int:
     pool = WorkerPool(
         PoolConfig(
             min_workers=config.min_workers,
             max_workers=config.max_workers,
-            tool_modules=config.tool_modules,
+            tool_modules=tool_modules,
             limits=config.limits,
             cancel_grace=config.cancel_grace,
             max_calls_per_worker=config.max_calls_per_worker,
@@ -97,7 +112,7 @@ async def serve(config: DaemonConfig) -> int:
         await pool.start()
     except PoolError as exc:
         raise DaemonError(f"the worker pool did not start: {exc}") from exc
-    registry = ToolRegistry(t for m in config.tool_modules for t in tools_in_module(m))
+    registry = ToolRegistry(t for m in tool_modules for t in tools_in_module(m))
     coordinator = Coordinator(
         registry,
         executor=PoolExecutor(pool, tool_limits=config.tool_limits),
@@ -181,12 +196,19 @@ def run_foreground(config: DaemonConfig) -> int:
 # --- in the background ------------------------------------------------------------------
 
 
-def start_background(config: DaemonConfig, daemon_argv: Sequence[str], wait: float = 60.0) -> int:
-    """Start ``toolpool daemon <daemon_argv>`` detached and wait until it answers."""
+def start_background(
+    config: DaemonConfig,
+    daemon_argv: Sequence[str],
+    wait: float = 60.0,
+    out: TextIO | None = None,
+) -> int:
+    """Start ``toolpool daemon <daemon_argv>`` detached and wait until it answers.
+    What it did goes to ``out`` (stdout by default), failures to stderr."""
+    out = out or sys.stdout
     runtime = ensure_private(config.runtime_dir)
     pid = running_pid(runtime)
     if pid is not None:
-        print(f"toolpool daemon is already running (pid {pid})")
+        print(f"toolpool daemon is already running (pid {pid})", file=out)
         return 0
     log_file = config.log_file or runtime / "daemon.log"
     argv = [sys.executable, "-m", "toolpool", "daemon", *daemon_argv]
@@ -210,18 +232,22 @@ def start_background(config: DaemonConfig, daemon_argv: Sequence[str], wait: flo
         endpoint = read_endpoint(runtime)
         if endpoint is not None and endpoint.get("pid") == process.pid and _answers(runtime):
             where = endpoint["ipc"] + (f" and {endpoint['tcp']}" if endpoint.get("tcp") else "")
-            print(f"toolpool daemon started (pid {process.pid}), listening on {where}")
+            print(f"toolpool daemon started (pid {process.pid}), listening on {where}", file=out)
             return 0
         time.sleep(0.1)
     print(f"toolpool daemon did not answer within {wait:g} s; see {log_file}", file=sys.stderr)
     return 1
 
 
-def stop_background(config: DaemonConfig, wait: float | None = None) -> int:
+def stop_background(
+    config: DaemonConfig, wait: float | None = None, out: TextIO | None = None
+) -> int:
+    """SIGTERM the background daemon and wait for it; what it did goes to ``out``."""
+    out = out or sys.stdout
     runtime = config.runtime_dir
     pid = running_pid(runtime)
     if pid is None:
-        print("toolpool daemon is not running")
+        print("toolpool daemon is not running", file=out)
         return 0
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + (wait if wait is not None else config.drain_grace + 20)
@@ -233,9 +259,9 @@ def stop_background(config: DaemonConfig, wait: float | None = None) -> int:
     if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        print(f"toolpool daemon (pid {pid}) did not stop; killed")
+        print(f"toolpool daemon (pid {pid}) did not stop; killed", file=out)
         return 1
-    print(f"toolpool daemon stopped (pid {pid})")
+    print(f"toolpool daemon stopped (pid {pid})", file=out)
     return 0
 
 
