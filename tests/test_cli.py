@@ -49,3 +49,31 @@ def test_version_and_usage() -> None:
     )
     assert usage.returncode == 2
     assert "COMMAND" in usage.stderr
+
+
+def test_unknown_flags_are_refused_but_the_bench_gets_its_own() -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "toolpool", "status", "--bogus"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "unrecognized arguments: --bogus" in refused.stderr
+    # `toolpool bench` hands every flag, --help too, to bench/run.py
+    bench = subprocess.run(
+        [sys.executable, "-m", "toolpool", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "usage: toolpool bench" in bench.stdout
+    assert "--quick" in bench.stdout
+    wrong = subprocess.run(
+        [sys.executable, "-m", "toolpool", "bench", "--only", "nonsense"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert wrong.returncode == 2
+    assert "unknown scenarios ['nonsense']" in wrong.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The sections whose every id must be cited by a test's spec(...) marker.
-SECTIONS = ("T", "F", "P", "S", "M")
+SECTIONS = ("T", "F", "P", "S", "M", "D")
 
 
 def spec_path() -> Path:

@@ -7,12 +7,15 @@ toolpool tools [--format openai|anthropic|…]      the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
 toolpool mcp serve [--workspace DIR]              the tools, to an MCP client over stdio
+toolpool bench [--quick] [--out DIR] [--only …]   the bench (from a source checkout)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -229,6 +232,27 @@ def _cmd_mcp_serve(args: argparse.Namespace) -> int:
     return serve_stdio(Path(args.workspace), args.runtime_dir)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    """Run ``bench/run.py`` of the source checkout this package is imported from, in
+    a process of its own (the bench starts and stops daemons, and plots)."""
+    script = Path(toolpool.__file__).resolve().parent.parent / "bench" / "run.py"
+    if not script.is_file():
+        print(
+            "toolpool bench: the bench ships with toolpool's source, not with the "
+            "installed package; run it from a checkout (pip install -e '.[bench]').",
+            file=sys.stderr,
+        )
+        return 2
+    missing = [m for m in ("matplotlib", "rich") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"toolpool bench: needs {', '.join(missing)}: pip install 'toolpool[bench]'",
+            file=sys.stderr,
+        )
+        return 2
+    return subprocess.call([sys.executable, str(script), *args.bench_args])
+
+
 # --- the parser ---------------------------------------------------------------------------
 
 
@@ -288,11 +312,22 @@ def build_parser() -> argparse.ArgumentParser:
     mcp_serve.add_argument("--workspace", default=".", help="the session's workspace (default: .)")
     mcp_serve.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory")
     mcp_serve.set_defaults(handler=_cmd_mcp_serve)
+
+    # Its flags (--help too) are the bench's own: see main().
+    bench = commands.add_parser(
+        "bench", add_help=False, help="measure throughput, latency, interrupts (--help for more)"
+    )
+    bench.set_defaults(handler=_cmd_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.bench_args = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     code: int = args.handler(args)
     return code
 

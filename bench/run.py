@@ -1,0 +1,113 @@
+"""``toolpool bench``: measure toolpool beside its floor and its peers, in one run.
+
+    .venv/bin/toolpool bench            # the full bench (a few minutes on 2 cores)
+    .venv/bin/toolpool bench --quick    # every scenario, briefly
+    python bench/run.py --only overhead,interrupts --out /tmp/results
+
+Writes raw.json (the machine, package versions, every sample), report.md (tables with
+ratios to floors and peers, targets checked) and PNG plots to the results folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shlex
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench import report
+from bench.common import REPO, dump, machine
+from bench.scenarios import interrupts, overhead, peers, recovery, throughput
+
+SCENARIOS = ("overhead", "throughput", "mixed", "interrupts", "recovery", "peers")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="toolpool bench",
+        description="Measure toolpool beside its floor and its peers, in one run.",
+    )
+    parser.add_argument("--quick", action="store_true", help="every scenario, briefly")
+    parser.add_argument("--out", type=Path, help="results folder (default bench/results/<time>)")
+    parser.add_argument("--only", help=f"comma-separated scenarios of {', '.join(SCENARIOS)}")
+    args = parser.parse_args(argv)
+    chosen = args.only.split(",") if args.only else list(SCENARIOS)
+    unknown = set(chosen) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}")
+    started = datetime.now(UTC)
+    out = args.out or REPO / "bench" / "results" / started.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    command = "toolpool bench " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    console = Console(stderr=True)
+    data: dict[str, Any] = {
+        "started": started.isoformat(timespec="seconds"),
+        "command": command.strip(),
+        "quick": args.quick,
+        "machine": machine(),
+    }
+
+    with (
+        tempfile.TemporaryDirectory(prefix="toolpool-bench-ws-") as tmp,
+        Progress(
+            TextColumn("{task.description:<12}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
+        workspace = Path(tmp)
+        tasks = {
+            name: progress.add_task(
+                name, total=throughput.cell_count(args.quick) if name == "throughput" else 1
+            )
+            for name in chosen
+        }
+        for name in chosen:
+            began = time.perf_counter()
+            task = tasks[name]
+            if name == "overhead":
+                data[name] = overhead.run(args.quick, workspace)
+            elif name == "throughput":
+                data[name] = throughput.run(
+                    args.quick, workspace, functools.partial(progress.advance, task)
+                )
+            elif name == "mixed":
+                data[name] = throughput.mixed(args.quick, workspace)
+            elif name == "interrupts":
+                data[name] = interrupts.run(args.quick, workspace)
+            elif name == "recovery":
+                data[name] = recovery.run(args.quick, workspace)
+            elif name == "peers":
+                data[name] = peers.run(args.quick, workspace)
+            progress.update(task, completed=progress.tasks[task].total)
+            data.setdefault("seconds", {})[name] = round(time.perf_counter() - began, 1)
+
+    dump(out / "raw.json", data)
+    plots = report.plots(data, out)
+    (out / "report.md").write_text(report.markdown(data, data["command"]))
+    console.print(
+        f"[bold]results[/] in {out}: raw.json, report.md, {', '.join(p.name for p in plots)}"
+    )
+    for name, measured, verdict in report.targets(data):
+        style = {"met": "green", "missed": "red"}.get(verdict, "dim")
+        console.print(f"  [{style}]{verdict:>6}[/] {name}: {measured}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

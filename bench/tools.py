@@ -1,0 +1,70 @@
+"""The tools the bench runs: the same functions for toolpool and for its peers.
+
+The plain functions (``noop``, ``sleep_ms``, ``spin_ms``) are what peers such as
+ProcessPoolExecutor call; ``TOOLS`` wraps them for toolpool, plus tools that
+misbehave for the interrupt and recovery scenarios.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from toolpool import tool
+
+
+def noop() -> str:
+    """Do nothing."""
+    return "ok"
+
+
+def sleep_ms(ms: float) -> str:
+    """I/O-bound: the process waits, the CPU is free."""
+    time.sleep(ms / 1000)
+    return "slept"
+
+
+def spin_ms(ms: float) -> int:
+    """CPU-bound: spin for ``ms`` milliseconds of process CPU time."""
+    deadline = time.process_time() + ms / 1000
+    n = 0
+    while time.process_time() < deadline:
+        n += 1
+    return n
+
+
+bench_noop = tool(read_only=True, name="bench_noop")(noop)
+bench_sleep = tool(read_only=True, name="bench_sleep")(sleep_ms)
+bench_spin = tool(read_only=True, name="bench_spin")(spin_ms)
+
+
+@tool(read_only=True, interrupt_behavior="cancel")
+def bench_nap(seconds: float) -> str:
+    """Sleep; stops when cancelled (SIGTERM raises in the worker)."""
+    time.sleep(seconds)
+    return "done"
+
+
+@tool(read_only=True, interrupt_behavior="cancel")
+def bench_stubborn(seconds: float) -> str:
+    """Ignore SIGTERM, then sleep: only the kill after the grace period stops it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(seconds)
+    return "done"
+
+
+@tool(read_only=True, interrupt_behavior="block")
+def bench_block(seconds: float) -> str:
+    """Sleep; an interrupt lets it finish."""
+    time.sleep(seconds)
+    return "done"
+
+
+@tool(read_only=True)
+def bench_crash() -> str:
+    """End the worker process outright."""
+    os._exit(3)
+
+
+TOOLS = [bench_noop, bench_sleep, bench_spin, bench_nap, bench_stubborn, bench_block, bench_crash]
