@@ -110,3 +110,19 @@ def running_daemon(tmp: Path, *flags: str) -> Iterator[Daemon]:
         yield daemon
     finally:
         assert stop_daemon(daemon) == 0
+
+
+@contextmanager
+def shared_daemon(tmp: Path, *flags: str) -> Iterator[Daemon]:
+    """A daemon that a module's tests share: its processes outlive each test, so the
+    per-test leak check leaves them alone (SHARED_ROOTS); stopping it at the end
+    must leave nothing behind."""
+    from .conftest import SHARED_ROOTS
+
+    daemon = start_daemon(tmp, *flags)
+    SHARED_ROOTS.add(daemon.pid)
+    try:
+        yield daemon
+    finally:
+        SHARED_ROOTS.discard(daemon.pid)
+        assert stop_daemon(daemon) == 0

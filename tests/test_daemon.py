@@ -36,20 +36,23 @@ from toolpool.protocol import MAX_FRAME_BYTES, Hello, Status, decode, encode
 from toolpool.providers import parse_tool_calls
 
 from .conftest import SHARED_ROOTS
-from .daemon_support import ROOT, Daemon, daemon_env, running, start_daemon, stop_daemon
+from .daemon_support import (
+    ROOT,
+    Daemon,
+    daemon_env,
+    running,
+    shared_daemon,
+    start_daemon,
+    stop_daemon,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    running = start_daemon(tmp_path_factory.mktemp("daemon"))
-    SHARED_ROOTS.add(running.pid)
-    try:
-        yield running
-    finally:
-        SHARED_ROOTS.discard(running.pid)
-        assert stop_daemon(running) == 0
+    with shared_daemon(tmp_path_factory.mktemp("daemon")) as started:
+        yield started
 
 
 @pytest.fixture

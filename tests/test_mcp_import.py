@@ -22,12 +22,12 @@ from toolpool import Client, ErrorCode, ToolCall, ToolEnd, ToolStart, ToolUpdate
 from toolpool.mcp.config import McpConfigError, parse_mcp_servers, proxy_tool_name
 from toolpool.models import UpdateKind
 
-from .conftest import SHARED_ROOTS
 from .daemon_support import (
     ROOT,
     Daemon,
     daemon_env,
     running_daemon,
+    shared_daemon,
     start_daemon,
     stop_daemon,
 )
@@ -54,13 +54,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         "trusted": fixture_server("trusted", trusted=True),
         "broken": {"command": str(tmp / "no-such-server")},
     }
-    started = start_daemon(tmp, "--mcp-servers", str(servers_file(tmp, servers)))
-    SHARED_ROOTS.add(started.pid)
-    try:
+    # stopping it leaves no bridge or server behind either
+    with shared_daemon(tmp, "--mcp-servers", str(servers_file(tmp, servers))) as started:
         yield started
-    finally:
-        SHARED_ROOTS.discard(started.pid)
-        assert stop_daemon(started) == 0  # bridges and servers included
 
 
 @pytest.fixture

@@ -24,20 +24,20 @@ from mcp_types import CallToolResult, ImageContent, TextContent
 from toolpool import AsyncClient
 from toolpool.coordinator.daemon import running_pid
 
-from .conftest import SHARED_ROOTS
-from .daemon_support import ROOT, Daemon, daemon_env, running, start_daemon, stop_daemon
+from .daemon_support import (
+    ROOT,
+    Daemon,
+    daemon_env,
+    running,
+    shared_daemon,
+)
 from .support import PNG_1X1
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    started = start_daemon(tmp_path_factory.mktemp("daemon"))
-    SHARED_ROOTS.add(started.pid)
-    try:
+    with shared_daemon(tmp_path_factory.mktemp("daemon")) as started:
         yield started
-    finally:
-        SHARED_ROOTS.discard(started.pid)
-        assert stop_daemon(started) == 0
 
 
 def serve_parameters(runtime: Path, workspace: Path, **env: str) -> StdioServerParameters:
