@@ -32,6 +32,7 @@ from toolpool import (
     TurnEnd,
 )
 from toolpool.client import ApprovalRequested
+from toolpool.client.core import FORGET_BATCH
 from toolpool.protocol import MAX_FRAME_BYTES, Hello, Status, decode, encode
 from toolpool.providers import parse_tool_calls
 
@@ -622,6 +623,18 @@ def test_D1_daemon_start_status_stop(tmp_path: Path) -> None:
     assert not running(pid)
     assert cli("status").returncode == 3
     assert not (runtime / "daemon.sock").exists()
+    # the run's worker logs stay for a look; the next start clears them
+    assert (runtime / f"workers-{pid}" / "zygote.log").exists()
+    again = cli("start")
+    assert again.returncode == 0, again.stderr
+    second = int((runtime / "daemon.pid").read_text())
+    SHARED_ROOTS.add(second)
+    try:
+        assert [p.name for p in runtime.glob("workers-*")] == [f"workers-{second}"]
+        assert cli("stop").returncode == 0
+    finally:
+        SHARED_ROOTS.discard(second)
+    assert not running(second)
 
 
 @pytest.mark.spec("D1")
@@ -710,3 +723,37 @@ async def test_D5_async_open_turn(daemon: Daemon, workspace: Path) -> None:
         await turn.close()
         results = await turn.results(timeout=10)
     assert [r.error_code for r in results] == [ErrorCode.INTERRUPTED, None]
+
+
+def _followed(items: list[Any], calls: int) -> None:
+    """Everything of a turn of ``calls`` noop calls arrived, in order, and once."""
+    assert len(items) == 4 * calls + 1  # tool_start, tool_end, message_start/end; turn_end
+    assert isinstance(items[-1], TurnEnd)
+    ends = [i.call_id for i in items if isinstance(i, ToolEnd)]
+    assert sorted(ends) == sorted(f"c{n}" for n in range(calls))
+
+
+@pytest.mark.spec("D5")
+def test_D5_following_a_turn_lets_go_of_what_was_read(client: Client, workspace: Path) -> None:
+    with client.session(workspace) as session:
+        turn = session.submit([call(f"c{n}", "noop") for n in range(150)], open=True)
+        turn.close()
+        followed = list(turn.follow())
+        _followed(followed, 150)
+        assert len(turn.events) < FORGET_BATCH < len(followed)  # what was read is gone
+        assert turn.events == followed[-len(turn.events) :]
+        assert len(turn.results()) == 150  # results are kept
+        assert turn.result("c7").text == "ok"
+
+
+@pytest.mark.spec("D5")
+async def test_D5_async_follow_lets_go_of_what_was_read(daemon: Daemon, workspace: Path) -> None:
+    client = AsyncClient(runtime_dir=daemon.runtime)
+    async with client, client.session(workspace) as session:
+        turn = await session.submit([], open=True)
+        await turn.add([call(f"c{n}", "noop") for n in range(150)])
+        await turn.close()
+        followed = [item async for item in turn.follow()]
+        _followed(followed, 150)
+        assert len(turn.events) < FORGET_BATCH < len(followed)
+        assert len(await turn.results()) == 150

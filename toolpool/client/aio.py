@@ -373,17 +373,29 @@ class AsyncTurn:
         self.id = stream.log.turn_id
         self.call_ids = stream.log.call_ids
 
-    async def __aiter__(self) -> AsyncIterator[TurnItem]:
-        seen = 0
+    def __aiter__(self) -> AsyncIterator[TurnItem]:
+        """Every event (and unanswered approval request), ending with turn_end."""
+        return self._iterate(forget=False)
+
+    def follow(self) -> AsyncIterator[TurnItem]:
+        """Like iterating, but the turn lets go of what has been yielded (``events``
+        then holds only what is not read yet): for open turns that live long."""
+        return self._iterate(forget=True)
+
+    async def _iterate(self, forget: bool) -> AsyncIterator[TurnItem]:
+        log = self._stream.log
+        seen = log.first
         while True:
-            while len(self._stream.log.items) <= seen:
+            while log.count <= seen:
                 self._check()
                 self._stream.changed.clear()
                 await self._stream.changed.wait()
-            item = self._stream.log.items[seen]
+            item = log.item(seen)
             seen += 1
+            if forget:
+                log.forget_before(seen)
             yield item
-            if self._stream.log.results is not None and seen == len(self._stream.log.items):
+            if log.results is not None and seen == log.count:
                 return
 
     def _check(self) -> None:

@@ -94,15 +94,38 @@ class ApprovalRequested:
 TurnItem = Event | ApprovalRequested
 
 
+FORGET_BATCH = 256  # followed items are let go of this many at a time
+
+
 @dataclass(eq=False)
 class TurnLog:
-    """Everything that arrived for one turn, in order; ``results`` once it ended."""
+    """Everything that arrived for one turn, in order; ``results`` once it ended.
+
+    ``items[0]`` is item number ``first``: a turn that is followed (``follow()``)
+    lets go of the items it has passed, so an open turn that lives for hours holds
+    only what has not been read yet."""
 
     turn_id: str
     call_ids: list[str]
     items: list[TurnItem] = field(default_factory=list)
     results: tuple[ToolResult, ...] | None = None
     ended: dict[str, ToolResult] = field(default_factory=dict)  # call id → its result
+    first: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many items arrived, kept or not."""
+        return self.first + len(self.items)
+
+    def item(self, index: int) -> TurnItem:
+        return self.items[index - self.first]
+
+    def forget_before(self, index: int) -> None:
+        """Let go of the items before ``index`` (in batches: amortised O(1))."""
+        drop = index - self.first
+        if drop >= FORGET_BATCH:
+            del self.items[:drop]
+            self.first = index
 
     def add(self, item: TurnItem) -> None:
         self.items.append(item)

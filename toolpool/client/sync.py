@@ -325,20 +325,30 @@ class Turn:
 
     def __iter__(self) -> Iterator[TurnItem]:
         """Every event (and unanswered approval request), ending with turn_end."""
+        return self._iterate(forget=False)
+
+    def follow(self) -> Iterator[TurnItem]:
+        """Like iterating, but the turn lets go of what has been yielded (``events``
+        then holds only what is not read yet): for open turns that live long."""
+        return self._iterate(forget=True)
+
+    def _iterate(self, forget: bool) -> Iterator[TurnItem]:
         client = self.session.client
-        items = self._log.items
-        seen = 0
+        log = self._log
+        seen = log.first
         while True:
 
             def arrived(wanted: int = seen + 1) -> bool:
-                return len(items) >= wanted
+                return log.count >= wanted
 
             with client._lock:
                 client._pump_until(arrived, None)
-            item = items[seen]
+            item = log.item(seen)
             seen += 1
+            if forget:
+                log.forget_before(seen)
             yield item
-            if self._log.results is not None and seen == len(self._log.items):
+            if log.results is not None and seen == log.count:
                 return
 
     def results(self, timeout: float | None = None) -> tuple[ToolResult, ...]:
@@ -382,7 +392,7 @@ class Turn:
 
     @property
     def events(self) -> list[TurnItem]:
-        """What arrived so far."""
+        """What arrived so far (but what ``follow()`` let go of)."""
         return list(self._log.items)
 
     def interrupt(self) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,12 +81,23 @@ async def serve(config: DaemonConfig) -> int:
         raise DaemonError(f"a daemon is already running (pid {other}) in {runtime}")
     curve = _check_tcp(config) if config.tcp else None
     (runtime / SOCKET_NAME).unlink(missing_ok=True)  # a stale socket of a dead daemon
+    _remove_stale_run_directories(runtime)
     try:
         mcp_servers = import_mcp_servers(config.mcp_servers, runtime / f"mcp-{os.getpid()}")
         async with mcp_servers as mcp_modules:
             return await _serve(config, runtime, curve, (*config.tool_modules, *mcp_modules))
     except McpConfigError as exc:
         raise DaemonError(str(exc)) from exc
+
+
+def _remove_stale_run_directories(runtime: Path) -> None:
+    """The workers' (and MCP bridges') directories of earlier runs: each run leaves
+    its own, with the worker logs, for a look after it stopped or crashed; the next
+    start removes them, so they do not pile up. No daemon runs here (checked)."""
+    for pattern in ("workers-*", "mcp-*"):
+        for stale in runtime.glob(pattern):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 async def _serve(

@@ -113,7 +113,7 @@ class McpConnection:
 
     async def route_events(self) -> None:
         """Hand each call its progress reports, then its result, in the turn's order."""
-        async for event in self.turn:
+        async for event in self.turn.follow():  # the connection may live for hours
             if isinstance(event, ToolUpdate) and event.kind is UpdateKind.PROGRESS:
                 events = self._calls.get(event.call_id)
                 if events is not None:
