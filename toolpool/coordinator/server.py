@@ -234,8 +234,19 @@ class Server:
             for i, (turn_id, event) in enumerate(events):
                 batch.append(event)
                 if i + 1 == len(events) or events[i + 1][0] != turn_id:
-                    self._send_frame(address, encode(TurnEvent(turn_id, batch)))
+                    self._send_events(address, turn_id, batch)
                     batch = []
+
+    def _send_events(self, address: Address, turn_id: str, events: list[dict[str, Any]]) -> None:
+        """One frame, or halves when the batch would pass the frame limit (many large
+        results that ended in one turn of the loop)."""
+        frame = encode(TurnEvent(turn_id, events))
+        if len(frame) <= MAX_FRAME_BYTES or len(events) == 1:
+            self._send_frame(address, frame)
+            return
+        half = len(events) // 2
+        self._send_events(address, turn_id, events[:half])
+        self._send_events(address, turn_id, events[half:])
 
     def _send_frame(self, address: Address, frame: bytes) -> None:
         if address[0] >= len(self._sockets):
