@@ -12,6 +12,7 @@ from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic
 from toolpool.tools.diff import unified_diff
+from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.near_miss import not_found_message
 from toolpool.tools.paths import Access, display, resolve
 from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
@@ -119,7 +120,7 @@ def _summary(plan: EditPlan, shown: str) -> str:
     return f"Edited {shown}. Lines {first}-{last} now read:\n{snippet}"
 
 
-class EditTool:
+class EditTool(FileWritingTool):
     """Not read-only, not concurrency-safe (SPEC F1); validate enforces F3."""
 
     name = "edit"
@@ -144,12 +145,6 @@ class EditTool:
 
     def activity(self, args: Arguments) -> str:
         return f"Editing {args.get('path', '')}"
-
-    def permissions(self) -> list[str]:
-        return ["write"]
-
-    def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
-        return [resolve(args["path"], ctx, Access.WRITE)]
 
     def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         """Cheap checks only (T4): the path, the arguments, a stat, the register (F3)."""

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
+from toolpool.tools.kinds import ReadingTool
 from toolpool.tools.paths import Access, display, resolve
 from toolpool.tools.ripgrep import run_ripgrep
 from toolpool.tools.suggest import existing
@@ -33,7 +34,7 @@ many more there were. Paths are relative to the workspace."""
 )
 
 
-class GlobTool:
+class GlobTool(ReadingTool):
     """Read-only and concurrency-safe (SPEC F1). At most ``max_results`` paths."""
 
     name = "glob"
@@ -59,15 +60,6 @@ class GlobTool:
 
     def activity(self, args: Arguments) -> str:
         return f"Finding {args.get('pattern', '')}"
-
-    def permissions(self) -> list[str]:
-        return ["read"]
-
-    def read_only(self, args: Arguments) -> bool:
-        return True
-
-    def concurrency_safe(self, args: Arguments) -> bool:
-        return True
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
         root = resolve(args.get("path") or ".", ctx, Access.READ)

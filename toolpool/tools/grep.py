@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
+from toolpool.tools.kinds import ReadingTool
 from toolpool.tools.paths import Access, display, resolve
 from toolpool.tools.ripgrep import RipgrepExit, run_ripgrep
 from toolpool.tools.suggest import existing
@@ -43,7 +44,7 @@ the search rather than paging through it. Paths are relative to the workspace.""
 )
 
 
-class GrepTool:
+class GrepTool(ReadingTool):
     """Read-only and concurrency-safe (SPEC F1). For the same flags, the matches are
     rg's; the output is cut at ``max_output_chars``."""
 
@@ -112,15 +113,6 @@ class GrepTool:
 
     def activity(self, args: Arguments) -> str:
         return f"Searching for {args.get('pattern', '')}"
-
-    def permissions(self) -> list[str]:
-        return ["read"]
-
-    def read_only(self, args: Arguments) -> bool:
-        return True
-
-    def concurrency_safe(self, args: Arguments) -> bool:
-        return True
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
         target = resolve(args.get("path") or ".", ctx, Access.READ)

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
+from toolpool.tools.kinds import ReadingTool
 from toolpool.tools.paths import Access, display, resolve
 from toolpool.tools.suggest import existing
 from toolpool.tools.tree import list_tree
@@ -33,7 +34,7 @@ To find files by name prefer glob; to search contents, grep."""
 )
 
 
-class LsTool:
+class LsTool(ReadingTool):
     """Read-only and concurrency-safe (SPEC F1). At most ``max_entries`` entries."""
 
     name = "ls"
@@ -62,15 +63,6 @@ class LsTool:
 
     def activity(self, args: Arguments) -> str:
         return f"Listing {args.get('path') or '.'}"
-
-    def permissions(self) -> list[str]:
-        return ["read"]
-
-    def read_only(self, args: Arguments) -> bool:
-        return True
-
-    def concurrency_safe(self, args: Arguments) -> bool:
-        return True
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
         root = resolve(args.get("path") or ".", ctx, Access.READ)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
 from toolpool.tool import Arguments, ToolContext, image_block
+from toolpool.tools.kinds import ReadingTool
 from toolpool.tools.paths import Access, display, resolve
 from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.suggest import missing_file_message
@@ -48,7 +49,7 @@ tool over cat, head or tail in bash. Several files can be read at once by callin
 read several times in one turn."""
 
 
-class ReadTool:
+class ReadTool(ReadingTool):
     """Read-only and concurrency-safe (SPEC F1)."""
 
     name = "read"
@@ -80,15 +81,6 @@ class ReadTool:
 
     def activity(self, args: Arguments) -> str:
         return f"Reading {args.get('path', '')}"
-
-    def permissions(self) -> list[str]:
-        return ["read"]
-
-    def read_only(self, args: Arguments) -> bool:
-        return True
-
-    def concurrency_safe(self, args: Arguments) -> bool:
-        return True
 
     def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
         return [resolve(args["path"], ctx, Access.READ)]

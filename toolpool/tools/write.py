@@ -11,6 +11,7 @@ from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic
 from toolpool.tools.diff import unified_diff
+from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.paths import Access, display, resolve
 from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
 from toolpool.tools.text import split_lines
@@ -28,7 +29,7 @@ Do not create documentation or README files unless asked to. Prefer this tool ov
 echo, cat or tee redirections in bash."""
 
 
-class WriteTool:
+class WriteTool(FileWritingTool):
     """Not read-only, not concurrency-safe (SPEC F1); validate enforces F3."""
 
     name = "write"
@@ -51,12 +52,6 @@ class WriteTool:
 
     def activity(self, args: Arguments) -> str:
         return f"Writing {args.get('path', '')}"
-
-    def permissions(self) -> list[str]:
-        return ["write"]
-
-    def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
-        return [resolve(args["path"], ctx, Access.WRITE)]
 
     def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         """Cheap checks only (T4): the path, a stat, the register (F3)."""
