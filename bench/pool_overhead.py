@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -27,40 +28,21 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import zmq
 import zmq.asyncio
 
-from toolpool import ToolCall, tool
+from bench.common import REPO, env, percentile
+from bench.tools import bench_noop
+from toolpool import ToolCall
 from toolpool.cancel import CancelToken
 from toolpool.coordinator import Coordinator, InProcessExecutor
 from toolpool.coordinator.pool import PoolConfig, WorkerPool
 from toolpool.coordinator.pool_executor import PoolExecutor
 from toolpool.protocol import Execute, Result, encode
 from toolpool.sandbox import Limits
-
-ECHO = """
-import sys, zmq
-ctx = zmq.Context()
-sock = ctx.socket(zmq.DEALER)
-sock.connect(sys.argv[1])
-sock.send(b"ready")
-while True:
-    frame = sock.recv()
-    if frame == b"stop":
-        break
-    sock.send(sys.argv[2].encode("latin-1") if len(sys.argv) > 2 else frame)
-"""
-
-
-@tool(read_only=True)
-def noop() -> str:
-    """Do nothing."""
-    return "ok"
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def timed(calls: int, once: Callable[[], Awaitable[Any]]) -> list[float]:
@@ -77,15 +59,17 @@ async def timed(calls: int, once: Callable[[], Awaitable[Any]]) -> list[float]:
 async def floor(calls: int, runtime: Path) -> list[float]:
     """Raw ROUTER ↔ DEALER round trips with a call's frames, to a separate process."""
     request = encode(
-        Execute("c1", "noop", {}, {"workspace": "/tmp", "session_id": "s"}, Limits().to_dict())
+        Execute(
+            "c1", "bench_noop", {}, {"workspace": "/tmp", "session_id": "s"}, Limits().to_dict()
+        )
     )
-    reply = encode(Result("c1", "ok", {"call_id": "c1", "tool_name": "noop", "content": []}))
+    reply = encode(Result("c1", "ok", {"call_id": "c1", "tool_name": "bench_noop", "content": []}))
     endpoint = f"ipc://{runtime}/floor.sock"
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
     router.bind(endpoint)
     echo = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", ECHO, endpoint, reply.decode("latin-1")
+        *(sys.executable, "-m", "bench.floor", "echo", endpoint, reply.hex()), cwd=REPO, env=env()
     )
     try:
         identity, _ = await router.recv_multipart()
@@ -107,9 +91,10 @@ async def measure(calls: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory(prefix="toolpool-bench-") as tmp:
         runtime = Path(tmp)
         results["floor: raw pyzmq round trip"] = await floor(calls, runtime)
-        config = PoolConfig(min_workers=1, max_workers=1, tool_modules=("bench.pool_overhead",))
+        os.environ["PYTHONPATH"] = env()["PYTHONPATH"]  # the workers import bench.tools
+        config = PoolConfig(min_workers=1, max_workers=1, tool_modules=("bench.tools",))
         async with WorkerPool(config) as pool:
-            execute = Execute("c1", "noop", {}, {"workspace": tmp, "session_id": "s"}, {})
+            execute = Execute("c1", "bench_noop", {}, {"workspace": tmp, "session_id": "s"}, {})
             limits = Limits()
 
             async def pool_once() -> None:
@@ -118,15 +103,15 @@ async def measure(calls: int) -> dict[str, list[float]]:
                 )
 
             results["pool.run"] = await timed(calls, pool_once)
-            pooled = Coordinator([noop], executor=PoolExecutor(pool))
+            pooled = Coordinator([bench_noop], executor=PoolExecutor(pool))
             session = pooled.open_session(tmp)
             results["pipeline + pool"] = await timed(
-                calls, lambda: pooled.run_turn(session, [ToolCall("c1", "noop", {})])
+                calls, lambda: pooled.run_turn(session, [ToolCall("c1", "bench_noop", {})])
             )
-        local = Coordinator([noop], executor=InProcessExecutor())
+        local = Coordinator([bench_noop], executor=InProcessExecutor())
         local_session = local.open_session(tmp)
         results["pipeline in-process"] = await timed(
-            calls, lambda: local.run_turn(local_session, [ToolCall("c1", "noop", {})])
+            calls, lambda: local.run_turn(local_session, [ToolCall("c1", "bench_noop", {})])
         )
     return results
 
@@ -141,7 +126,7 @@ def main() -> None:
     print(f"{'path':<32} {'p50 µs':>9} {'p99 µs':>9} {'× floor':>8}")
     for name, samples in results.items():
         p50 = statistics.median(samples)
-        print(f"{name:<32} {p50:>9.0f} {percentile(samples, 0.99):>9.0f} {p50 / base:>8.2f}")
+        print(f"{name:<32} {p50:>9.0f} {percentile(samples, 99):>9.0f} {p50 / base:>8.2f}")
     if args.json:
         args.json.write_text(json.dumps({"calls": args.calls, "samples_us": results}))
 
