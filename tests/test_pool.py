@@ -174,8 +174,12 @@ async def test_D2_misbehaving_tool_becomes_an_error_and_its_worker_is_replaced(
     code: ErrorCode,
     words: str,
 ) -> None:
-    # Given a pool with one worker and tight limits
-    pool = await make_pool(min_workers=1, max_workers=1, limits=LIMITS.merged({"wall_seconds": 2}))
+    # Given a pool with one worker and tight limits (the CPU hog gets a long wall limit:
+    # its 1 s of CPU must run out first even when a loaded machine gives it little)
+    wall = 30 if tool == "burn_cpu" else 2
+    pool = await make_pool(
+        min_workers=1, max_workers=1, limits=LIMITS.merged({"wall_seconds": wall})
+    )
     coordinator = coordinator_on(pool)
     session = coordinator.open_session(workspace)
     (old_pid,) = pool.worker_pids().values()
