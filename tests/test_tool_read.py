@@ -13,7 +13,9 @@ import pytest
 from toolpool import ImageBlock, TextBlock, ToolError
 from toolpool.file_reads import content_hash
 from toolpool.registry import ToolSpec
+from toolpool.tools import read as read_module
 from toolpool.tools import read_tool
+from toolpool.tools.paths import Resolved
 from toolpool.tools.stamps import Snapshot
 
 from .support import PNG_1X1
@@ -251,10 +253,10 @@ def test_a_permission_error_is_explained(workspace: Path, monkeypatch: pytest.Mo
     # file modes do not stop)
     (workspace / "locked.txt").write_text("private\n")
 
-    def refuse(path: Path) -> Snapshot:
-        raise PermissionError(13, "Permission denied", str(path))
+    def refuse(target: Resolved, shown: str) -> Snapshot:
+        raise PermissionError(13, "Permission denied", str(target.path))
 
-    monkeypatch.setattr(Snapshot, "take", staticmethod(refuse))
+    monkeypatch.setattr(read_module, "read_snapshot", refuse)
     # When it is read, Then the error says so in words
     with pytest.raises(ToolError, match=r"Permission denied: locked.txt cannot be read"):
         read_tool.execute({"path": "locked.txt"}, tool_context(workspace))

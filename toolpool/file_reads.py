@@ -83,7 +83,10 @@ class FileReadRegister:
 
     @staticmethod
     def key(path: str | os.PathLike[str]) -> str:
-        return os.path.realpath(path)
+        try:
+            return os.path.realpath(path)
+        except OSError:  # a link swapped mid-way (EINVAL from readlink): as spelled
+            return os.path.abspath(path)
 
     def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> None:
         with self._lock:

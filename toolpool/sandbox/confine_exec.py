@@ -1,21 +1,25 @@
 """Confine this process, then exec a command: ``python -I -S confine_exec.py
-[--rw DIR]... [--seccomp FILE] [--no-network] -- ARGV...``.
+[--drop-caps] [--rw DIR]... [--ro PATH]... [--seccomp FILE] [--no-network] -- ARGV...``.
 
 Standard library only, so it starts in milliseconds with ``-I -S`` and runs inside
 bubblewrap's read-only root. Two layers, each applied when asked:
 
 - Landlock: writes are allowed only under the ``--rw`` directories (and to the
-  ``--rw`` files, such as /dev/null); with
+  ``--rw`` files, such as /dev/null); when any ``--ro`` is given, reads and execution
+  too are allowed only beneath the ``--ro`` paths and the ``--rw`` ones; with
   ``--no-network`` (and Landlock ABI >= 4) TCP bind and connect are refused;
+- capabilities: with ``--drop-caps`` every set is emptied, the bounding set too;
 - seccomp: the BPF program in ``--seccomp`` (compiled by toolpool.sandbox.seccomp)
   is loaded with no_new_privs.
 
-Exits 126 with a message when a requested layer cannot be applied.
+Exits 126 with a message when a requested layer cannot be applied; writes one byte to
+``--ready-fd`` once all are (the tool tells a sandbox failure from the command's own).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 import sys
@@ -27,8 +31,13 @@ _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAPABILITY_VERSION_3 = 0x20080522
 
-# LANDLOCK_ACCESS_FS_* bits; the first three are reads and stay unrestricted.
+# LANDLOCK_ACCESS_FS_* bits. EXECUTE, READ_FILE and READ_DIR (bits 0, 2, 3) are
+# handled only when --ro is given (_FS_READ); the rest are writes.
 _FS_WRITE = {
     1: (1 << 1)  # WRITE_FILE
     | (1 << 4)  # REMOVE_DIR
@@ -44,6 +53,8 @@ _FS_WRITE = {
     3: 1 << 14,  # TRUNCATE
 }
 _FILE_RIGHTS = (1 << 1) | (1 << 14)  # WRITE_FILE | TRUNCATE
+_FS_READ = (1 << 0) | (1 << 2) | (1 << 3)  # EXECUTE | READ_FILE | READ_DIR, ABI >= 1
+_FILE_READ = (1 << 0) | (1 << 2)  # EXECUTE | READ_FILE: the read rights files have
 _NET_TCP = (1 << 0) | (1 << 1)  # BIND_TCP | CONNECT_TCP, ABI >= 4
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -62,7 +73,9 @@ def landlock_abi() -> int:
     return max(int(abi), 0)
 
 
-def _restrict_landlock(writable: list[str], no_network: bool) -> None:
+def _restrict_landlock(
+    writable: list[str], no_network: bool, readable: list[str] | None = None
+) -> None:
     abi = landlock_abi()
     if abi < 1:
         _fail("Landlock is not available")
@@ -70,6 +83,8 @@ def _restrict_landlock(writable: list[str], no_network: bool) -> None:
     for version, bits in _FS_WRITE.items():
         if abi >= version:
             fs |= bits
+    if readable:
+        fs |= _FS_READ
     net = _NET_TCP if (no_network and abi >= 4) else 0
     attr = struct.pack("QQ", fs, net) if abi >= 4 else struct.pack("Q", fs)
     ruleset = _libc.syscall(_SYS_CREATE_RULESET, attr, len(attr), 0)
@@ -78,8 +93,15 @@ def _restrict_landlock(writable: list[str], no_network: bool) -> None:
     for path in writable:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         # A rule on a file (/dev/null…) may only grant the rights files have.
-        allowed = fs if os.path.isdir(path) else fs & _FILE_RIGHTS
+        allowed = fs if os.path.isdir(path) else fs & (_FILE_RIGHTS | _FILE_READ)
         rule = struct.pack("=Qi", allowed, fd)  # landlock_path_beneath_attr is packed
+        if _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0) < 0:
+            _fail(f"landlock_add_rule {path}")
+        os.close(fd)
+    for path in readable or ():
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        allowed = _FS_READ if os.path.isdir(path) else _FILE_READ
+        rule = struct.pack("=Qi", allowed, fd)
         if _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0) < 0:
             _fail(f"landlock_add_rule {path}")
         os.close(fd)
@@ -88,6 +110,20 @@ def _restrict_landlock(writable: list[str], no_network: bool) -> None:
     if _libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
         _fail("landlock_restrict_self")
     os.close(ruleset)
+
+
+def _drop_capabilities() -> None:
+    """Empty every capability set for good (X5): the bounding set first (that needs
+    CAP_SETPCAP, which bubblewrap leaves us for this alone), then ambient, then
+    effective, permitted and inheritable."""
+    for cap in range(64):
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+            _fail(f"dropping capability {cap} from the bounding set")
+    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = struct.pack("Ii", _CAPABILITY_VERSION_3, 0)
+    data = bytes(24)  # two struct __user_cap_data_struct, all zero
+    if _libc.capset(header, data) != 0:
+        _fail("capset")
 
 
 def _load_seccomp(path: str) -> None:
@@ -105,13 +141,20 @@ def _load_seccomp(path: str) -> None:
 
 def main(argv: list[str]) -> None:
     writable: list[str] = []
+    readable: list[str] = []
     seccomp: str | None = None
     no_network = False
     landlock = False
+    drop_caps = False
+    ready_fd: int | None = None
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] == "--rw":
             writable.append(argv[i + 1])
+            landlock = True
+            i += 2
+        elif argv[i] == "--ro":
+            readable.append(argv[i + 1])
             landlock = True
             i += 2
         elif argv[i] == "--seccomp":
@@ -120,6 +163,12 @@ def main(argv: list[str]) -> None:
         elif argv[i] == "--no-network":
             no_network = True
             i += 1
+        elif argv[i] == "--drop-caps":
+            drop_caps = True
+            i += 1
+        elif argv[i] == "--ready-fd":
+            ready_fd = int(argv[i + 1])
+            i += 2
         else:
             sys.stderr.write(f"toolpool sandbox: unknown option {argv[i]}\n")
             sys.exit(126)
@@ -127,10 +176,18 @@ def main(argv: list[str]) -> None:
     if not command:
         sys.stderr.write("toolpool sandbox: no command\n")
         sys.exit(126)
+    if drop_caps:
+        _drop_capabilities()
     if landlock:
-        _restrict_landlock(writable, no_network)
+        if readable and seccomp is not None:
+            readable.append(seccomp)  # read after Landlock, below
+        _restrict_landlock(writable, no_network, readable)
     if seccomp is not None:
         _load_seccomp(seccomp)
+    if ready_fd is not None:
+        # Every layer is in place: tell the tool that what runs now is the command.
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
     os.execvp(command[0], command)
 
 

@@ -1,17 +1,22 @@
-"""Atomic file replacement: readers see the old content or the new, never half of it."""
+"""Atomic file replacement: readers see the old content or the new, never half of it.
+
+Everything goes through the fd of the file's directory (``dir_fd``), never a full
+name, so a directory swapped for a symlink meanwhile cannot redirect the write (X4).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
 from pathlib import Path
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable; not every file system allows it."""
+def _fsync_directory(dir_fd: int) -> None:
+    """Make a rename in the directory durable; not every file system allows it."""
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return
     try:
@@ -22,24 +27,29 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> os.stat_result:
-    """Replace (or create) ``path`` with ``data`` atomically and durably.
+def write_atomic_at(dir_fd: int, name: str, data: bytes) -> os.stat_result:
+    """Replace (or create) the entry ``name`` of the directory ``dir_fd`` with ``data``,
+    atomically and durably.
 
-    The bytes go to a temporary file in the same directory, which is fsynced and then
-    renamed over ``path`` (``os.replace``). An existing file keeps its permission
-    bits; a new one gets the usual ``0o666`` minus the umask. Hard links to the old
-    file are not carried over (it is a new inode). Returns the stat of the written
-    file, taken before the rename: its mtime and size are exactly those of ``data``.
+    The bytes go to a temporary file in the same directory (``openat`` with
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``), which is fsynced and then renamed over
+    ``name`` (``renameat``; a symlink at ``name`` is replaced, never followed). An
+    existing file keeps its permission bits; a new one gets the usual ``0o666`` minus
+    the umask. Hard links to the old file are not carried over (it is a new inode).
+    Returns the stat of the written file, taken before the rename: its mtime and size
+    are exactly those of ``data``.
     """
     try:
-        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        mode: int | None = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
     except FileNotFoundError:
         mode = None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        temp = f".{name}.{secrets.token_hex(4)}.tmp"
         try:
             # O_EXCL: never reuse someone else's file; 0o666 lets the umask decide.
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            fd = os.open(temp, flags, 0o666, dir_fd=dir_fd)
         except FileExistsError:
             continue
         break
@@ -54,9 +64,20 @@ def write_atomic(path: Path, data: bytes) -> os.stat_result:
             written = os.fstat(fd)
         finally:
             os.close(fd)
-        os.replace(temp, path)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
         raise
-    _fsync_directory(path.parent)
+    _fsync_directory(dir_fd)
     return written
+
+
+def write_atomic(path: Path, data: bytes) -> os.stat_result:
+    """``write_atomic_at`` for a trusted full path (not a model's: the tools resolve
+    those with ``paths.open_path``)."""
+    dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return write_atomic_at(dir_fd, path.name, data)
+    finally:
+        os.close(dir_fd)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
-from toolpool.tools.atomic import write_atomic
+from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import unified_diff
 from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.near_miss import not_found_message
-from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.paths import Access, Resolved, display, open_path
+from toolpool.tools.read import read_snapshot
 from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
 from toolpool.tools.suggest import missing_file_message, similar_names
 from toolpool.tools.text import TextDocument, cut_line, line_of, split_lines
@@ -149,58 +149,63 @@ class EditTool(FileWritingTool):
     def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         """Cheap checks only (T4): the path, the arguments, a stat, the register (F3)."""
         try:
-            path = resolve(args["path"], ctx, Access.WRITE)
+            target = open_path(args["path"], ctx, Access.WRITE)
         except ToolError as exc:
             return ValidationResult.failed(exc.message)
-        problem = _argument_problem(args)
-        if problem:
-            return ValidationResult.failed(problem)
-        try:
-            mode = path.stat().st_mode
-        except FileNotFoundError:
-            similar = similar_names(path, ctx)
-            hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
-            return ValidationResult.failed(
-                f"File does not exist: {display(path, ctx)}.{hint} edit changes existing "
-                "files; to create one, use write."
-            )
-        except OSError as exc:
-            return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
-        if not stat.S_ISREG(mode):
-            return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
-        return ctx.files.check_before_write(path)
+        with target:
+            path = target.path
+            shown = display(path, ctx)
+            problem = _argument_problem(args)
+            if problem:
+                return ValidationResult.failed(problem)
+            try:
+                mode = target.lstat().st_mode
+            except FileNotFoundError:
+                similar = similar_names(path, ctx)
+                hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
+                return ValidationResult.failed(
+                    f"File does not exist: {shown}.{hint} edit changes existing "
+                    "files; to create one, use write."
+                )
+            except OSError as exc:
+                return ValidationResult.failed(f"{shown}: {exc.strerror}.")
+            if not stat.S_ISREG(mode):
+                return ValidationResult.failed(f"{shown} is not a regular file.")
+            return ctx.files.check_before_write(path)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff the edit would make."""
-        path = resolve(args["path"], ctx, Access.WRITE)
-        shown = display(path, ctx)
-        plan = plan_edit(_current(path, ctx).data, args, shown)
+        with open_path(args["path"], ctx, Access.WRITE) as target:
+            shown = display(target.path, ctx)
+            plan = plan_edit(_current(target, shown, ctx).data, args, shown)
         return unified_diff(plan.old_text, plan.new_text, shown)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        path = resolve(args["path"], ctx, Access.WRITE)
-        shown = display(path, ctx)
-        current = _current(path, ctx)
-        # F3 again, against the bytes about to be replaced: validate ran earlier.
-        ensure_unchanged_since_read(ctx, path, current.data)
-        plan = plan_edit(current.data, args, shown)
-        try:
-            written = write_atomic(path, plan.data)
-        except OSError as exc:
-            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+        with open_path(args["path"], ctx, Access.WRITE) as target:
+            path = target.path
+            shown = display(path, ctx)
+            current = _current(target, shown, ctx)
+            # F3 again, against the bytes about to be replaced: validate ran earlier.
+            ensure_unchanged_since_read(ctx, path, current.data)
+            plan = plan_edit(current.data, args, shown)
+            try:
+                written = write_atomic_at(target.dir_fd, target.name, plan.data)
+            except OSError as exc:
+                raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
         record(ctx, path, Snapshot.written(plan.data, written), partial=False)  # F5
         return _summary(plan, shown)
 
 
-def _current(path: Path, ctx: ToolContext) -> Snapshot:
+def _current(target: Resolved, shown: str, ctx: ToolContext) -> Snapshot:
     """The file as it is now; a ToolError when it cannot be edited at all."""
-    shown = display(path, ctx)
     try:
         # Checked before opening: opening a named pipe would block.
-        if not stat.S_ISREG(path.stat().st_mode):
+        if not stat.S_ISREG(target.lstat().st_mode):
             raise ToolError(f"{shown} is not a regular file; edit changes files.")
-        return Snapshot.take(path)
+        return read_snapshot(target, shown)
     except FileNotFoundError:
-        raise ToolError(f"{missing_file_message(path, ctx)} To create a file, use write.") from None
+        raise ToolError(
+            f"{missing_file_message(target.path, ctx)} To create a file, use write."
+        ) from None
     except OSError as exc:
         raise ToolError(f"{shown} cannot be read: {exc.strerror}.") from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
@@ -11,9 +10,9 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.paths import Access, Resolved, display, open_path, stat_beneath
 from toolpool.tools.ripgrep import run_ripgrep
-from toolpool.tools.suggest import existing
+from toolpool.tools.suggest import missing_file_message
 
 DEFAULT_MAX_RESULTS = 100
 
@@ -62,23 +61,28 @@ class GlobTool(ReadingTool):
         return f"Finding {args.get('pattern', '')}"
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        root = resolve(args.get("path") or ".", ctx, Access.READ)
-        if not stat.S_ISDIR(existing(root, ctx).st_mode):
-            raise ToolError(f"{display(root, ctx)} is a file, not a directory to search in.")
-        pattern = args["pattern"]
-        matched, problem = _list_files(root, ctx, [f"--glob={pattern}"])
+        with open_path(args.get("path") or ".", ctx, Access.READ) as target:
+            root = target.path
+            directory = _open_directory(target, ctx)
+            try:
+                return self._glob(args["pattern"], root, directory, ctx)
+            finally:
+                os.close(directory)
+
+    def _glob(self, pattern: str, root: Path, directory: int, ctx: ToolContext) -> str:
+        matched, problem = _list_files(root, directory, ctx, [f"--glob={pattern}"])
         if matched:
             # rg lets a --glob match override .gitignore (for files whose directory is
             # not ignored); keeping only files that plain `rg --files` lists makes
             # .gitignore win, as this tool promises.
-            listed, listing_problem = _list_files(root, ctx, [])
+            listed, listing_problem = _list_files(root, directory, ctx, [])
             matched = sorted(set(matched) & set(listed))
             problem = problem or listing_problem
         if not matched:
             where = display(root, ctx)
             found = f"No files match {pattern} in {'the workspace' if where == '.' else where}."
             return f"{found}\n[rg: {problem}]" if problem else found
-        newest_first = sorted(matched, key=lambda rel: (-_mtime(root / rel), rel))
+        newest_first = sorted(matched, key=lambda rel: (-_mtime(directory, rel), rel))
         shown = newest_first[: self.max_results]
         lines = [display(root / rel, ctx) for rel in shown]
         if len(newest_first) > len(shown):
@@ -92,7 +96,23 @@ class GlobTool(ReadingTool):
         return "\n".join(lines)
 
 
-def _list_files(root: Path, ctx: ToolContext, extra: list[str]) -> tuple[list[str], str]:
+def _open_directory(target: Resolved, ctx: ToolContext) -> int:
+    """An fd of the directory to search, or a ToolError saying what is there instead."""
+    shown = display(target.path, ctx)
+    try:
+        fd = target.open(os.O_PATH | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise ToolError(missing_file_message(target.path, ctx)) from None
+    except NotADirectoryError:
+        raise ToolError(f"{shown} is a file, not a directory to search in.") from None
+    except OSError as exc:
+        raise ToolError(f"{shown} cannot be accessed: {exc.strerror}.") from None
+    return fd
+
+
+def _list_files(
+    root: Path, directory: int, ctx: ToolContext, extra: list[str]
+) -> tuple[list[str], str]:
     """The files ``rg --files`` lists under ``root`` (relative to it), and the error
     rg reported for some of them (an unreadable directory…), if any."""
     files: list[str] = []
@@ -104,14 +124,15 @@ def _list_files(root: Path, ctx: ToolContext, extra: list[str]) -> tuple[list[st
 
     # No path argument: rg lists the working directory, with paths relative to it,
     # and --glob patterns are anchored there.
-    outcome = run_ripgrep(["--files", *extra], root, ctx, take)
+    outcome = run_ripgrep(["--files", *extra], root, ctx, take, cwd_fd=directory)
     if outcome.code == 2 and not files:
         raise ToolError(f"ripgrep failed: {outcome.stderr or 'exit code 2'}")
     return files, outcome.stderr if outcome.code == 2 else ""
 
 
-def _mtime(path: Path) -> int:
+def _mtime(directory: int, rel: str) -> int:
+    """The mtime of ``rel`` below ``directory``, looked up without following links."""
     try:
-        return os.stat(path).st_mtime_ns
-    except OSError:  # deleted since it was listed
+        return stat_beneath(directory, rel).st_mtime_ns
+    except OSError:  # deleted since it was listed, or swapped for a link
         return 0

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.paths import Access, display, open_path, stat_beneath
 from toolpool.tools.ripgrep import RipgrepExit, run_ripgrep
-from toolpool.tools.suggest import existing
+from toolpool.tools.suggest import missing_file_message
 from toolpool.tools.text import cut_line
 
 # About 8,000 tokens: enough for a useful answer, small enough to leave room to think.
@@ -115,11 +115,35 @@ class GrepTool(ReadingTool):
         return f"Searching for {args.get('pattern', '')}"
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        target = resolve(args.get("path") or ".", ctx, Access.READ)
-        searches_directory = stat.S_ISDIR(existing(target, ctx).st_mode)
-        # rg runs in the directory searched, with no path (or the file's name), so that
-        # globs are anchored there and its output paths are relative to it.
-        cwd = target if searches_directory else target.parent
+        with open_path(args.get("path") or ".", ctx, Access.READ) as target:
+            try:
+                searches_directory = stat.S_ISDIR(target.lstat().st_mode)
+            except FileNotFoundError:
+                raise ToolError(missing_file_message(target.path, ctx)) from None
+            except OSError as exc:
+                shown = display(target.path, ctx)
+                raise ToolError(f"{shown} cannot be accessed: {exc.strerror}.") from None
+            # rg runs in the directory searched (through its fd), with no path (or the
+            # file's name), so that globs are anchored there and its output paths are
+            # relative to it.
+            if searches_directory:
+                cwd, cwd_fd = target.path, target.open(os.O_PATH | os.O_DIRECTORY)
+            else:
+                cwd, cwd_fd = target.path.parent, os.dup(target.dir_fd)
+            try:
+                return self._search(args, target.path, cwd, cwd_fd, searches_directory, ctx)
+            finally:
+                os.close(cwd_fd)
+
+    def _search(
+        self,
+        args: Arguments,
+        target: Path,
+        cwd: Path,
+        cwd_fd: int,
+        searches_directory: bool,
+        ctx: ToolContext,
+    ) -> str:
         mode = args.get("output_mode", "files_with_matches")
         argv = [*_rg_flags(args, mode), "--", args["pattern"]]
         if not searches_directory:
@@ -132,7 +156,7 @@ class GrepTool(ReadingTool):
             def take(line: str) -> bool:
                 return output.add(line if line == "--" else prefix + cut_line(line))
 
-            outcome = run_ripgrep(argv, cwd, ctx, take)
+            outcome = run_ripgrep(argv, cwd, ctx, take, cwd_fd=cwd_fd)
             header = ""
         else:
             entries: list[str] = []
@@ -141,11 +165,11 @@ class GrepTool(ReadingTool):
                 entries.append(line)
                 return True
 
-            outcome = run_ripgrep(argv, cwd, ctx, collect)
+            outcome = run_ripgrep(argv, cwd, ctx, collect, cwd_fd=cwd_fd)
             if mode == "count":
                 header = _counts(entries, prefix, output)
             else:
-                header = _files(entries, cwd, prefix, output)
+                header = _files(entries, cwd_fd, prefix, output)
         return _finish(outcome, header, output, args["pattern"], display(target, ctx))
 
 
@@ -195,13 +219,13 @@ class _Output:
         return False
 
 
-def _files(paths: list[str], cwd: Path, prefix: str, output: _Output) -> str:
+def _files(paths: list[str], cwd_fd: int, prefix: str, output: _Output) -> str:
     """Fill ``output`` with the matching files, newest first; return the header."""
 
     def newest_first(rel: str) -> tuple[int, str]:
         try:
-            return -os.stat(cwd / rel).st_mtime_ns, rel
-        except OSError:  # deleted since rg saw it
+            return -stat_beneath(cwd_fd, rel).st_mtime_ns, rel
+        except OSError:  # deleted since rg saw it, or swapped for a link
             return 0, rel
 
     for rel in sorted(paths, key=newest_first):

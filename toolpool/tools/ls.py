@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, display, resolve
-from toolpool.tools.suggest import existing
+from toolpool.tools.paths import Access, display, open_path
+from toolpool.tools.suggest import missing_file_message
 from toolpool.tools.tree import list_tree
 
 DEFAULT_MAX_ENTRIES = 1000
@@ -65,11 +65,22 @@ class LsTool(ReadingTool):
         return f"Listing {args.get('path') or '.'}"
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        root = resolve(args.get("path") or ".", ctx, Access.READ)
-        shown = display(root, ctx)
-        if not stat.S_ISDIR(existing(root, ctx).st_mode):
-            raise ToolError(f"{shown} is a file, not a directory. Use read to see it.")
-        tree = list_tree(root, ctx, ignore=args.get("ignore", ()), max_entries=self.max_entries)
+        with open_path(args.get("path") or ".", ctx, Access.READ) as root:
+            shown = display(root.path, ctx)
+            try:
+                mode = root.lstat().st_mode
+            except FileNotFoundError:
+                raise ToolError(missing_file_message(root.path, ctx)) from None
+            except OSError as exc:
+                raise ToolError(f"{shown} cannot be accessed: {exc.strerror}.") from None
+            if not stat.S_ISDIR(mode):
+                raise ToolError(f"{shown} is a file, not a directory. Use read to see it.")
+            try:
+                tree = list_tree(
+                    root, ctx, ignore=args.get("ignore", ()), max_entries=self.max_entries
+                )
+            except OSError as exc:
+                raise ToolError(f"{shown} cannot be listed: {exc.strerror}.") from None
         if tree.total == 0:
             return f"{shown}/ is empty (or holds only ignored entries)."
         text = f"{shown}/\n{textwrap.indent(tree.text, '  ')}"

@@ -1,28 +1,61 @@
-"""Where the file tools may reach: a model's path resolved against the session's roots.
+"""Where the file tools may reach: a model's path resolved against the session's roots,
+race-free (SPEC F1, X4, X9).
 
 Rules, shared by every file tool:
 
 - a relative path is relative to the workspace; an absolute path is taken as given;
-- symlinks are resolved before judging (``os.path.realpath``), so a link inside the
-  workspace that points outside is outside; for a path that does not exist yet, its
-  nearest existing parent is resolved and the rest is appended;
-- the resolved path must lie under the workspace or one of ``ctx.extra_roots``;
-  reading tools may also reach ``ctx.scratch_dir``.
+- the roots are the workspace and ``ctx.extra_roots``; reading tools may also reach
+  ``ctx.scratch_dir``. The roots themselves are trusted (the operator chose them);
+- below a root the path is walked component by component from a directory fd of the
+  root, each step an ``openat(O_PATH | O_NOFOLLOW)`` relative to the directory fd of
+  the step before, so what was judged is what is used: nothing is looked up by its
+  full name again. A ``..`` goes back to the real parent (the fd one step up);
+- a symlink met on the way is followed only when its target stays inside a root: the
+  target is joined to the link's (real) directory and normalised lexically, and must
+  lie under a root — a relative or absolute link into the workspace is followed (and
+  walked again, from the fd of the root it points into, re-checked at every step), a
+  link that points outside is refused at once, even when something outside would
+  lead back in. At most 40 links per path;
+- a path that does not exist yet (``write`` of a new file) keeps its missing
+  components; ``write`` creates the missing directories through the fds (mkdirat);
+- a path hidden by the ``deny_read`` policy (``active_policy().is_hidden``) is
+  refused, inside a root or not.
 
-The tools then work on the resolved path, never on the model's spelling, so what was
-judged is what is used. Paths in tool output are written relative to the workspace
-when they lie inside it and absolute otherwise (``display``); both forms are valid
-input again.
+``open_path`` returns a ``Resolved``: an fd of the directory that holds the target and
+the target's name in it, with the real path for display and the read register. The
+tools open, stat, create the temporary file and rename through that fd
+(``dir_fd=``, ``O_NOFOLLOW``), never by full name. A swap of a directory for a symlink
+while a tool works can then only make the tool fail, never lead it outside.
+
+Only the part of a path *above* every root (an absolute path's ``/home/me/…`` before
+it reaches the workspace, or a ``..`` out of a root) is looked at by name: symlinks
+there are resolved with ``os.path.realpath``, and the walk goes on by fd only once it
+is back under a root, so that part can choose which root, never reach outside one.
+
+Paths in tool output are written relative to the workspace when they lie inside it
+and absolute otherwise (``display``); both forms are valid input again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
+import stat
+import struct
+from collections import deque
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from types import TracebackType
 
 from toolpool.errors import ToolError
+from toolpool.sandbox.policy import active_policy
 from toolpool.tool import ToolContext
+
+_MAX_SYMLINKS = 40
+_STEP_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class Access(Enum):
@@ -40,27 +73,302 @@ def allowed_roots(ctx: ToolContext, access: Access) -> list[Path]:
     return [Path(os.path.realpath(root)) for root in roots]
 
 
-def resolve(raw: str, ctx: ToolContext, access: Access) -> Path:
-    """The real path ``raw`` names, or a ToolError when it lies outside every root."""
+class Resolved:
+    """A path judged inside a root, held by an fd of its directory.
+
+    ``dir_fd`` (an ``O_PATH`` directory fd, owned) holds the entry ``name`` (``"."``
+    when the path is a root itself). ``missing`` are directories between ``dir_fd``
+    and ``name`` that do not exist yet; when there are some, the target does not exist
+    either. ``path`` is the real path, for display and the read register only.
+    """
+
+    __slots__ = ("dir_fd", "missing", "name", "path", "roots")
+
+    def __init__(
+        self, path: Path, dir_fd: int, name: str, missing: tuple[str, ...], roots: list[Path]
+    ) -> None:
+        self.path = path
+        self.dir_fd = dir_fd
+        self.name = name
+        self.missing = missing
+        self.roots = roots
+
+    def __enter__(self) -> Resolved:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+    def _not_found(self) -> FileNotFoundError:
+        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(self.path))
+
+    def lstat(self) -> os.stat_result:
+        """The target's stat, not following a symlink (one appears only by a swap)."""
+        if self.missing:
+            raise self._not_found()
+        return os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+
+    def open(self, flags: int, mode: int = 0o666) -> int:
+        """``openat(dir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC)``: an fd of the
+        target itself, never of what a symlink swapped in since points to."""
+        if self.missing:
+            raise self._not_found()
+        return os.open(self.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.dir_fd)
+
+    def make_parents(self) -> None:
+        """Create the missing directories (mkdirat), each opened without following
+        links; afterwards ``dir_fd`` holds the new file's directory."""
+        while self.missing:
+            part = self.missing[0]
+            # One made meanwhile is fine: it is opened below without following a link.
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=self.dir_fd)
+            fd = os.open(part, _STEP_FLAGS | os.O_DIRECTORY, dir_fd=self.dir_fd)
+            os.close(self.dir_fd)
+            self.dir_fd = fd
+            self.missing = self.missing[1:]
+
+
+class _Escape(Exception):
+    """The walk left every root; ``where`` is the path it reached."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+def _under(path: PurePosixPath | Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+class _Walk:
+    """One resolution: the state of the walk, and the fds it holds."""
+
+    def __init__(self, raw: str, roots: list[Path]) -> None:
+        self.raw = raw
+        self.roots = roots
+        self.root_fds: dict[Path, int] = {}
+        self.root: Path | None = None  # the root the walk is under, None outside all
+        self.outside = PurePosixPath("/")  # where the walk is, while outside all roots
+        self.fds: list[int] = []  # fds below ``root``, one per component of ``parts``
+        self.parts: list[str] = []
+        self.missing: list[str] = []
+        self.pending: deque[str] = deque()
+        self.links = 0
+
+    # -- where the walk is --------------------------------------------------------
+
+    def _root_of(self, path: PurePosixPath | Path) -> Path | None:
+        """The deepest root ``path`` lies under."""
+        best: Path | None = None
+        for root in self.roots:
+            if _under(path, root) and (best is None or len(root.parts) > len(best.parts)):
+                best = root
+        return best
+
+    def _top(self) -> int:
+        assert self.root is not None
+        if self.fds:
+            return self.fds[-1]
+        if self.root not in self.root_fds:
+            self.root_fds[self.root] = os.open(self.root, _ROOT_FLAGS)
+        return self.root_fds[self.root]
+
+    def _here(self) -> PurePosixPath:
+        if self.root is None:
+            return self.outside
+        return PurePosixPath(self.root, *self.parts)
+
+    def _drop_fds(self) -> None:
+        while self.fds:
+            os.close(self.fds.pop())
+        self.parts = []
+
+    def _seat(self, path: PurePosixPath | Path) -> None:
+        """Continue the walk at ``path`` (normalised, absolute): by fd from the root
+        that holds it, its components walked again; by name when outside all roots."""
+        self._drop_fds()
+        root = self._root_of(path)
+        self.root = root
+        if root is None:
+            self.outside = PurePosixPath(path)
+            return
+        self.pending.extendleft(reversed(PurePosixPath(path).relative_to(root).parts))
+
+    # -- the walk -----------------------------------------------------------------
+
+    def run(self, joined: str) -> Resolved:
+        parts = PurePosixPath(joined).parts[1:]  # keeps "..", drops "." and "//"
+        # Start at the deepest root the spelling begins with, before any "..".
+        start: Path | None = None
+        for root in self.roots:
+            n = len(root.parts) - 1
+            if tuple(parts[:n]) == root.parts[1:] and (
+                start is None or len(root.parts) > len(start.parts)
+            ):
+                start = root
+        if start is not None:
+            self.root = start
+            parts = parts[len(start.parts) - 1 :]
+        else:
+            self._seat(PurePosixPath("/"))
+        self.pending.extend(parts)
+        while self.pending:
+            part = self.pending.popleft()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                self._up()
+            elif self.missing:
+                self.missing.append(part)
+            elif self.root is None:
+                self._step_outside(part)
+            else:
+                self._step(part)
+        if self.root is None:
+            raise _Escape(str(PurePosixPath(self.outside, *self.missing)))
+        return self._result()
+
+    def _up(self) -> None:
+        if self.missing:
+            self.missing.pop()
+        elif self.root is None:
+            self.outside = self.outside.parent
+        elif self.fds:
+            os.close(self.fds.pop())
+            self.parts.pop()
+        else:
+            self._seat(PurePosixPath(self.root.parent))
+
+    def _step(self, part: str) -> None:
+        top = self._top()
+        try:
+            fd = os.open(part, _STEP_FLAGS, dir_fd=top)
+        except (FileNotFoundError, NotADirectoryError):
+            self.missing.append(part)
+            return
+        try:
+            mode = os.fstat(fd).st_mode
+            target = os.readlink(part, dir_fd=top) if stat.S_ISLNK(mode) else None
+        except BaseException:
+            os.close(fd)
+            raise
+        if target is None:
+            self.fds.append(fd)
+            self.parts.append(part)
+            return
+        os.close(fd)
+        self._follow(self._here(), target)
+
+    def _follow(self, directory: PurePosixPath, target: str) -> None:
+        """A symlink in ``directory`` (a real path under a root) points to ``target``:
+        followed only when the target, normalised, stays under a root."""
+        self.links += 1
+        if self.links > _MAX_SYMLINKS:
+            raise ToolError(f"{self.raw}: too many levels of symbolic links.")
+        where = PurePosixPath(os.path.normpath(os.path.join(directory, target)))
+        if self._root_of(where) is None:
+            raise _Escape(str(where))
+        self._seat(where)
+
+    def _step_outside(self, part: str) -> None:
+        """A component above every root: looked at by name, it only picks a root."""
+        path = self.outside / part
+        if self._root_of(path) is not None:
+            self._seat(path)
+            return
+        try:
+            is_link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            is_link = False
+        if is_link:
+            self.links += 1
+            if self.links > _MAX_SYMLINKS:
+                raise ToolError(f"{self.raw}: too many levels of symbolic links.")
+            self._seat(PurePosixPath(os.path.realpath(path)))
+        else:
+            self.outside = path
+
+    def _result(self) -> Resolved:
+        assert self.root is not None
+        path = Path(self.root, *self.parts, *self.missing)
+        if self.missing:
+            dir_fd = self.fds.pop() if self.fds else os.dup(self._top())
+            name, missing = self.missing[-1], tuple(self.missing[:-1])
+        elif self.fds:
+            os.close(self.fds.pop())
+            name, missing = self.parts[-1], ()
+            dir_fd = self.fds.pop() if self.fds else os.dup(self._top())
+        else:
+            dir_fd, name, missing = os.dup(self._top()), ".", ()
+        return Resolved(path, dir_fd, name, missing, self.roots)
+
+    def close(self) -> None:
+        self._drop_fds()
+        for fd in self.root_fds.values():
+            os.close(fd)
+        self.root_fds.clear()
+
+
+def _denied(raw: str, where: str, joined: str, roots: list[Path], ctx: ToolContext) -> ToolError:
+    # Only for the message: did the spelling stay inside, so that a symlink led out?
+    lexical = Path(os.path.normpath(joined))
+    if any(_under(lexical, root) for root in roots):
+        why = f"{raw} is a symlink (or lies under one) that points outside, to {where}"
+    else:
+        why = f"{raw} resolves to {where}, outside the workspace {ctx.workspace}"
+    reach = "under the workspace"
+    if ctx.extra_roots:
+        reach += " or the extra roots " + ", ".join(str(r) for r in ctx.extra_roots)
+    return ToolError(f"Access denied: {why}. File tools may only reach paths {reach}.")
+
+
+def hidden_message(path: Path, ctx: ToolContext) -> str:
+    return (
+        f"Access denied: {display(path, ctx)} is hidden by the deny_read policy; "
+        "file tools may not read or change it."
+    )
+
+
+def open_path(raw: str, ctx: ToolContext, access: Access) -> Resolved:
+    """Resolve ``raw`` by fd (module docstring): a ``Resolved`` to close, or a
+    ToolError when it lies outside every root or is hidden."""
     if not raw.strip():
         raise ToolError("The path is empty. Give a file path relative to the workspace.")
     if "\0" in raw:
         raise ToolError("The path contains a NUL character.")
-    joined = ctx.workspace / raw  # an absolute ``raw`` replaces the workspace
-    resolved = Path(os.path.realpath(joined))
     roots = allowed_roots(ctx, access)
-    if any(resolved.is_relative_to(root) for root in roots):
-        return resolved
-    # Only for the message: did the spelling stay inside, so that a symlink led out?
-    lexical = Path(os.path.normpath(joined))
-    if any(lexical.is_relative_to(root) for root in roots):
-        why = f"{raw} is a symlink (or lies under one) that points outside, to {resolved}"
-    else:
-        why = f"{raw} resolves to {resolved}, outside the workspace {ctx.workspace}"
-    reach = "under the workspace"
-    if ctx.extra_roots:
-        reach += " or the extra roots " + ", ".join(str(r) for r in ctx.extra_roots)
-    raise ToolError(f"Access denied: {why}. File tools may only reach paths {reach}.")
+    joined = os.path.join(ctx.workspace, raw)  # an absolute ``raw`` replaces the workspace
+    walk = _Walk(raw, roots)
+    try:
+        resolved = walk.run(joined)
+    except _Escape as escape:
+        raise _denied(raw, escape.where, joined, roots, ctx) from None
+    except OSError as exc:
+        raise ToolError(f"{raw} cannot be resolved: {exc.strerror or exc}.") from None
+    finally:
+        walk.close()
+    if active_policy().is_hidden(resolved.path, roots):
+        resolved.close()
+        raise ToolError(hidden_message(resolved.path, ctx))
+    return resolved
+
+
+def resolve(raw: str, ctx: ToolContext, access: Access) -> Path:
+    """The real path ``raw`` names, or a ToolError when it lies outside every root or
+    is hidden. For judging and naming only: tools work through ``open_path``."""
+    with open_path(raw, ctx, access) as resolved:
+        return resolved.path
 
 
 def display(path: Path, ctx: ToolContext) -> str:
@@ -71,3 +379,70 @@ def display(path: Path, ctx: ToolContext) -> str:
     if path.is_relative_to(workspace):
         return str(path.relative_to(workspace))
     return str(path)
+
+
+# -- opening below a directory fd, never through a symlink -------------------------
+
+_SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (the generic table)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_openat2_works: bool | None = None
+
+
+def _openat2(dir_fd: int, rel: str, flags: int) -> int | None:
+    """openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS; None when the kernel lacks it."""
+    global _openat2_works
+    if _openat2_works is False:
+        return None
+    how = struct.pack(
+        "QQQ", flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+    )
+    for _ in range(8):
+        fd = int(_libc.syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), how, len(how)))
+        if fd >= 0:
+            _openat2_works = True
+            return fd
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EPERM) and _openat2_works is None:
+            _openat2_works = False  # no openat2, or a seccomp filter refuses it
+            return None
+        if err != errno.EAGAIN:  # EAGAIN: a rename raced the walk; try again
+            raise OSError(err, os.strerror(err), rel)
+    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
+
+
+def open_beneath(dir_fd: int, rel: str, flags: int) -> int:
+    """An fd of ``rel`` (a relative path of real names) below ``dir_fd``, never
+    through a symlink nor ``..``: openat2 where the kernel has it, else an
+    ``O_NOFOLLOW`` walk. A symlink anywhere on the way is ``ELOOP``/``ENOTDIR``."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), rel)
+    if not parts:
+        return os.open(".", flags | os.O_CLOEXEC, dir_fd=dir_fd)
+    fd = _openat2(dir_fd, "/".join(parts), flags | os.O_CLOEXEC | os.O_NOFOLLOW)
+    if fd is not None:
+        return fd
+    current = dir_fd
+    try:
+        for part in parts[:-1]:
+            step = os.open(part, _STEP_FLAGS | os.O_DIRECTORY, dir_fd=current)
+            if current != dir_fd:
+                os.close(current)
+            current = step
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
+    finally:
+        if current != dir_fd:
+            os.close(current)
+
+
+def stat_beneath(dir_fd: int, rel: str) -> os.stat_result:
+    """The stat of ``rel`` below ``dir_fd`` (a symlink's own), as ``open_beneath``."""
+    fd = open_beneath(dir_fd, rel, os.O_PATH)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)

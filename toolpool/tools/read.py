@@ -13,7 +13,7 @@ from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
 from toolpool.tool import Arguments, ToolContext, image_block
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.paths import Access, Resolved, display, open_path, resolve
 from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.suggest import missing_file_message
 from toolpool.tools.text import cut_line, split_lines
@@ -89,31 +89,51 @@ class ReadTool(ReadingTool):
         return self.execute_content(args, ctx)
 
     def execute_content(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock]:
-        path = resolve(args["path"], ctx, Access.READ)
-        shown = display(path, ctx)
-        try:
-            st = os.stat(path)
-            if stat.S_ISDIR(st.st_mode):
-                return [TextBlock(_directory(path, shown, ctx))]
-            if not stat.S_ISREG(st.st_mode):
-                raise ToolError(f"{shown} is not a regular file (a device, pipe or socket).")
-            if st.st_size > MAX_FILE_BYTES:
-                raise ToolError(
-                    f"{shown} is too large to read ({st.st_size:,} bytes; the limit is "
-                    f"{MAX_FILE_BYTES:,}). Search it with grep instead."
-                )
-            snapshot = Snapshot.take(path)
-        except FileNotFoundError:
-            raise ToolError(missing_file_message(path, ctx)) from None
-        except PermissionError:
-            raise ToolError(f"Permission denied: {shown} cannot be read.") from None
-        except OSError as exc:
-            raise ToolError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
+        with open_path(args["path"], ctx, Access.READ) as target:
+            path = target.path
+            shown = display(path, ctx)
+            try:
+                st = target.lstat()
+                if stat.S_ISDIR(st.st_mode):
+                    return [TextBlock(_directory(target, shown, ctx))]
+                check_regular(st, shown)
+                if st.st_size > MAX_FILE_BYTES:
+                    raise ToolError(
+                        f"{shown} is too large to read ({st.st_size:,} bytes; the limit is "
+                        f"{MAX_FILE_BYTES:,}). Search it with grep instead."
+                    )
+                snapshot = read_snapshot(target, shown)
+            except FileNotFoundError:
+                raise ToolError(missing_file_message(path, ctx)) from None
+            except PermissionError:
+                raise ToolError(f"Permission denied: {shown} cannot be read.") from None
+            except OSError as exc:
+                raise ToolError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
         return _file(path, shown, snapshot, args, ctx)
 
 
-def _directory(path: Path, shown: str, ctx: ToolContext) -> str:
-    tree = list_tree(path, ctx, max_entries=MAX_DIRECTORY_ENTRIES, max_depth=1)
+def check_regular(st: os.stat_result, shown: str) -> None:
+    """A ToolError unless ``st`` is a regular file's."""
+    if stat.S_ISLNK(st.st_mode):
+        # Resolution followed every link: one here was swapped in meanwhile.
+        raise ToolError(f"{shown} was replaced by a symlink while it was opened; try again.")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"{shown} is not a regular file (a device, pipe or socket).")
+
+
+def read_snapshot(target: Resolved, shown: str) -> Snapshot:
+    """The target's bytes, read through its directory's fd (``O_NOFOLLOW``, and
+    ``O_NONBLOCK`` so that a pipe swapped in cannot block), with the stat taken before
+    reading. Raises OSError as ``open`` does, a ToolError for a non-file."""
+    fd = target.open(os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        check_regular(st, shown)
+        return Snapshot(f.read(), st.st_mtime_ns, st.st_size)
+
+
+def _directory(target: Resolved, shown: str, ctx: ToolContext) -> str:
+    tree = list_tree(target, ctx, max_entries=MAX_DIRECTORY_ENTRIES, max_depth=1)
     if tree.total == 0:
         return f"{shown} is an empty directory."
     text = f"{shown} is a directory with {tree.total} entries:\n{tree.text}"

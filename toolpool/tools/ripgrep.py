@@ -6,6 +6,18 @@ Both tools see files the same way, through ``RIPGREP_DEFAULTS``: ``.gitignore``,
 matter) but the ``.git`` directory is not; a user's ``~/.ripgreprc`` is not read, so
 the output is the same on every machine.
 
+rg walks the tree by name, so a directory swapped for a symlink mid-walk could lead it
+outside (SPEC X4). When the sandbox profile has Landlock, rg therefore runs under the
+exec wrapper (``confine_exec.py --ro …``) with Landlock read rules: it may read only
+beneath the session's roots (workspace, extra roots, scratch dir), the ignore files in
+the directories above them, and what rg itself needs (its binary, the loader and its
+shared libraries, ``/etc/ld.so.cache``, ``/proc/self``), and write nothing. It
+starts in the searched directory through that directory's fd (``/proc/self/fd/N``),
+never by name. Paths the ``deny_read`` policy hides inside the searched directory are
+excluded with ``--glob=!/…`` (X9). Without
+Landlock (the profile has it off) rg runs as before, unconfined: the swap race is then
+open for glob and grep, as ``toolpool doctor`` says by reporting Landlock off.
+
 The process is always killed and reaped before ``run_ripgrep`` returns or raises —
 when the caller has seen enough, when the call is cancelled (``ctx.cancelled``, or a
 ``Cancelled`` raised into this thread by a worker), or when anything else fails.
@@ -13,17 +25,24 @@ when the caller has seen enough, when the call is cancelled (``ctx.cancelled``, 
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import selectors
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.errors import ToolError
+from toolpool.sandbox import confine_exec
+from toolpool.sandbox.policy import active_policy
+from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
+from toolpool.tools.paths import Access, allowed_roots
 
 RIPGREP_DEFAULTS = (
     "--no-config",
@@ -61,14 +80,94 @@ def _decode(raw: bytes | bytearray) -> str:
     return bytes(raw).decode("utf-8", errors="replace").removesuffix("\r")
 
 
+# Outside the roots, what rg reads to start and run (ldd lists the libraries).
+_RG_ALSO_READS = ("/etc/ld.so.cache", "/proc/self")
+_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")
+_LDD_PATH = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
+
+
+@functools.cache
+def ripgrep_needs(rg: str) -> tuple[str, ...]:
+    """The files rg needs to read outside the roots: itself, its loader and shared
+    libraries (from ``ldd``, once; the library directories when ldd fails), the loader
+    cache and ``/proc/self`` (the Rust runtime reads its maps and cgroup)."""
+    needs = [os.path.realpath(rg)]
+    try:
+        done = subprocess.run(["ldd", rg], capture_output=True, text=True, timeout=10, check=False)
+        libraries = _LDD_PATH.findall(done.stdout) if done.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        libraries = []
+    needs += libraries or [d for d in _LIBRARY_DIRS if os.path.isdir(d)]
+    needs += [p for p in _RG_ALSO_READS if os.path.exists(p)]
+    return tuple(dict.fromkeys(needs))
+
+
+_IGNORE_FILES = (".gitignore", ".ignore", ".rgignore", ".git/info/exclude")
+
+
+def _ignore_files_above(roots: Sequence[Path]) -> list[str]:
+    """The ignore files rg reads in the directories above the roots (a workspace in a
+    repository's subdirectory), so that confining rg keeps its answers."""
+    found: list[str] = []
+    for root in roots:
+        for parent in root.parents:
+            for name in _IGNORE_FILES:
+                candidate = parent / name
+                if candidate.is_file() and not candidate.is_symlink():
+                    found.append(str(candidate))
+    return found
+
+
+def _glob_escape(relative: str) -> str:
+    return re.sub(r"([\\*?\[\]{}!])", r"\\\1", relative)
+
+
+def hidden_globs(cwd: Path, roots: Sequence[Path]) -> list[str]:
+    """``--glob=!/…`` for each path the ``deny_read`` policy hides below ``cwd``."""
+    policy = active_policy()
+    globs = []
+    for hidden in policy.hidden_paths():
+        if hidden != cwd and hidden.is_relative_to(cwd) and policy.is_hidden(hidden, roots):
+            globs.append(f"--glob=!/{_glob_escape(str(hidden.relative_to(cwd)))}")
+    return globs
+
+
+def ripgrep_argv(args: Sequence[str], cwd: Path, ctx: ToolContext) -> list[str]:
+    """The argv that runs ``rg RIPGREP_DEFAULTS + args`` in ``cwd`` (a real path under
+    the roots): under Landlock read rules when the profile has Landlock, and with the
+    hidden paths excluded (after the caller's globs, so that they win: the later
+    glob takes precedence in rg)."""
+    rg = ripgrep_executable()
+    roots = allowed_roots(ctx, Access.READ)
+    args = list(args)
+    cut = args.index("--") if "--" in args else len(args)
+    args[cut:cut] = hidden_globs(cwd, roots)
+    command = [rg, *RIPGREP_DEFAULTS, *args]
+    if not active_profile().active("landlock"):
+        # No Landlock: rg reads by name, unconfined, as before (see the docstring).
+        return command
+    wrapper: list[str] = []
+    readable = [str(r) for r in roots if r.is_dir()]
+    for path in [*readable, *_ignore_files_above(roots), *ripgrep_needs(rg)]:
+        wrapper += ["--ro", path]
+    # No --rw: with reads handled, Landlock leaves rg no file to write either.
+    return [sys.executable, "-I", "-S", confine_exec.__file__, *wrapper, "--", *command]
+
+
 def run_ripgrep(
-    args: Sequence[str], cwd: Path, ctx: ToolContext, on_line: Callable[[str], bool]
+    args: Sequence[str],
+    cwd: Path,
+    ctx: ToolContext,
+    on_line: Callable[[str], bool],
+    *,
+    cwd_fd: int | None = None,
 ) -> RipgrepExit:
     """Run ``rg RIPGREP_DEFAULTS + args`` in ``cwd`` and pass each output line to
-    ``on_line`` as it comes; ``on_line`` answers False to stop early."""
+    ``on_line`` as it comes; ``on_line`` answers False to stop early. With
+    ``cwd_fd`` (an fd of ``cwd``), rg starts in that directory through the fd."""
     with subprocess.Popen(
-        [ripgrep_executable(), *RIPGREP_DEFAULTS, *args],
-        cwd=cwd,
+        ripgrep_argv(args, cwd, ctx),
+        cwd=cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}",
         stdin=subprocess.DEVNULL,  # with no path given, rg must not search stdin
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -4,15 +4,15 @@ read-before-write invariant for existing files (F3) and renewing its stamp (F5).
 from __future__ import annotations
 
 import stat
-from pathlib import Path
 from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
-from toolpool.tools.atomic import write_atomic
+from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import unified_diff
 from toolpool.tools.kinds import FileWritingTool
-from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.paths import Access, Resolved, display, open_path
+from toolpool.tools.read import read_snapshot
 from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
 from toolpool.tools.text import split_lines
 
@@ -56,43 +56,47 @@ class WriteTool(FileWritingTool):
     def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         """Cheap checks only (T4): the path, a stat, the register (F3)."""
         try:
-            path = resolve(args["path"], ctx, Access.WRITE)
+            target = open_path(args["path"], ctx, Access.WRITE)
         except ToolError as exc:
             return ValidationResult.failed(exc.message)
-        try:
-            mode = path.stat().st_mode
-        except FileNotFoundError:
-            return ValidationResult.passed()  # a new file needs no read (F3)
-        except OSError as exc:
-            return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
-        if not stat.S_ISREG(mode):
-            return ValidationResult.failed(f"{display(path, ctx)} exists and is not a file.")
-        return ctx.files.check_before_write(path)
+        with target:
+            shown = display(target.path, ctx)
+            try:
+                mode = target.lstat().st_mode
+            except FileNotFoundError:
+                return ValidationResult.passed()  # a new file needs no read (F3)
+            except OSError as exc:
+                return ValidationResult.failed(f"{shown}: {exc.strerror}.")
+            if not stat.S_ISREG(mode):
+                return ValidationResult.failed(f"{shown} exists and is not a file.")
+            return ctx.files.check_before_write(target.path)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff from the current content (or from nothing) to the new."""
-        path = resolve(args["path"], ctx, Access.WRITE)
-        current = _current(path, ctx)
+        with open_path(args["path"], ctx, Access.WRITE) as target:
+            shown = display(target.path, ctx)
+            current = _current(target, shown)
         old = "" if current is None else current.data.decode("utf-8", errors="replace")
-        return unified_diff(old, args["content"], display(path, ctx), created=current is None)
+        return unified_diff(old, args["content"], shown, created=current is None)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        path = resolve(args["path"], ctx, Access.WRITE)
-        shown = display(path, ctx)
-        current = _current(path, ctx)
-        # F3 again, against the bytes about to be replaced: validate ran earlier.
-        ensure_unchanged_since_read(ctx, path, None if current is None else current.data)
-        try:
-            data = args["content"].encode("utf-8")
-        except UnicodeEncodeError:
-            raise ToolError(
-                "content is not valid Unicode text (it holds a lone surrogate)."
-            ) from None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            written = write_atomic(path, data)
-        except OSError as exc:
-            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+        with open_path(args["path"], ctx, Access.WRITE) as target:
+            path = target.path
+            shown = display(path, ctx)
+            current = _current(target, shown)
+            # F3 again, against the bytes about to be replaced: validate ran earlier.
+            ensure_unchanged_since_read(ctx, path, None if current is None else current.data)
+            try:
+                data = args["content"].encode("utf-8")
+            except UnicodeEncodeError:
+                raise ToolError(
+                    "content is not valid Unicode text (it holds a lone surrogate)."
+                ) from None
+            try:
+                target.make_parents()  # mkdirat, through the fds
+                written = write_atomic_at(target.dir_fd, target.name, data)
+            except OSError as exc:
+                raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
         record(ctx, path, Snapshot.written(data, written), partial=False)  # F5
         count = len(split_lines(args["content"]))
         size = f"{count} {'line' if count == 1 else 'lines'}, {len(data):,} bytes"
@@ -101,15 +105,14 @@ class WriteTool(FileWritingTool):
         return f"Replaced the content of {shown} ({size})."
 
 
-def _current(path: Path, ctx: ToolContext) -> Snapshot | None:
+def _current(target: Resolved, shown: str) -> Snapshot | None:
     """The file as it is now, None when it does not exist; a ToolError when the path
     holds something that is not a file."""
-    shown = display(path, ctx)
     try:
         # Checked before opening: opening a named pipe would block.
-        if not stat.S_ISREG(path.stat().st_mode):
+        if not stat.S_ISREG(target.lstat().st_mode):
             raise ToolError(f"{shown} exists and is not a file; write replaces files only.")
-        return Snapshot.take(path)
+        return read_snapshot(target, shown)
     except FileNotFoundError:
         return None
     except OSError as exc:
