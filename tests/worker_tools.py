@@ -10,6 +10,7 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,18 @@ def burn_cpu(seconds: float) -> str:
     while time.monotonic() < deadline:
         n += 1
     return f"spun {n} times"
+
+
+@tool
+def spin_children(seconds: float, rounds: int) -> str:
+    """Start child processes, one after another, each spinning the CPU for ``seconds``
+    (under any per-process CPU limit), ``rounds`` times; a killed child does not stop
+    it: it starts the next one."""
+    spin = f"import time\nend = time.process_time() + {seconds}\n"
+    spin += "while time.process_time() < end: pass"
+    for _ in range(rounds):
+        subprocess.run([sys.executable, "-c", spin], check=False)
+    return f"spun {rounds} children"
 
 
 @tool

@@ -24,6 +24,7 @@ from toolpool.models import ContentBlock, ImageBlock, TextBlock
 
 if TYPE_CHECKING:
     from toolpool.file_reads import FileReadRegister
+    from toolpool.sandbox.limits import Limits
 
 Arguments = dict[str, Any]
 
@@ -80,6 +81,7 @@ class ToolContext:
     scratch_dir: Path | None = None
     cancel_token: CancelToken = field(default_factory=CancelToken)
     progress: Callable[[Any], None] = _no_progress
+    limits: Limits | None = None  # the call's limits, where the executor knows them
 
     def report_progress(self, data: Any) -> None:
         """Report progress: text (e.g. a chunk of output) or a JSON-able value."""

@@ -17,6 +17,7 @@ from typing import Any
 from toolpool.coordinator.executor import ExecutionRequest
 from toolpool.models import ToolResult
 from toolpool.outcomes import cancelled_result, result_from_exception, result_from_output
+from toolpool.sandbox.limits import Limits
 
 
 class _ThreadSafeProgress:
@@ -36,6 +37,14 @@ class _ThreadSafeProgress:
             self._loop.call_soon_threadsafe(self._sink, data)
 
 
+def _limits(overrides: Any) -> Limits | None:
+    """The session's limits over the defaults (tools read some: spill_bytes…)."""
+    try:
+        return Limits().merged(overrides)
+    except (TypeError, ValueError):
+        return None
+
+
 class InProcessExecutor:
     """Async tools run as tasks; plain functions in threads (so they run side by side).
 
@@ -49,6 +58,8 @@ class InProcessExecutor:
     async def execute(self, request: ExecutionRequest) -> ToolResult:
         spec, call, ctx = request.spec, request.call, request.context
         token = ctx.cancel_token
+        if ctx.limits is None:
+            ctx = dataclasses.replace(ctx, limits=_limits(request.limits))
         if spec.is_async:
             work: asyncio.Future[Any] = asyncio.ensure_future(spec.execute_fn(call.arguments, ctx))
         else:

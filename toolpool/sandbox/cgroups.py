@@ -9,6 +9,11 @@ hierarchy where that is writable. Both layouts are handled, and mixed ones too:
 
 These machines mount v1 controllers and a v2 hierarchy that offers only
 ``cgroup.kill``: workers then take their limits from v1 and their kill from v2.
+
+A worker reads its own cgroups (``CallAccounting``) to count a call over every
+process it starts (SPEC X7): CPU time from v1 ``cpuacct.usage`` or v2 ``cpu.stat``
+(which every v2 cgroup has, controllers or not), OOM kills, and how often the pids
+limit refused a fork.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-CONTROLLERS = ("memory", "pids", "cpu")
+# "cpuacct" only counts (v1; in v2 cpu.stat is always there): a call's CPU time.
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 CPU_PERIOD_US = 100_000
 
 
@@ -270,3 +277,102 @@ class CgroupTree:
         for h in self.hierarchies:
             with contextlib.suppress(OSError):
                 (h.own / self.parent).rmdir()
+
+
+class CallAccounting:
+    """A worker's view of its own cgroups, from the ``cgroup.procs`` paths it was
+    given: CPU time used so far by every process in them, OOM kills and pids-limit
+    refusals so far, and the members. Files stay open; each read is one pread."""
+
+    def __init__(self, procs_files: Sequence[str | Path]) -> None:
+        dirs = [Path(p).parent for p in procs_files]
+        self._fds: list[int] = []
+        self._procs = [d / "cgroup.procs" for d in dirs]
+        # CPU: v1 cpuacct.usage (ns), else v2 cpu.stat usage_usec.
+        self._cpu: tuple[int, float, bytes | None] | None = None
+        for d in dirs:
+            if (d / "cpuacct.usage").exists():
+                self._cpu = (self._open(d / "cpuacct.usage"), 1e-9, None)
+                break
+        else:
+            for d in dirs:
+                if (d / "cgroup.controllers").exists() and (d / "cpu.stat").exists():
+                    self._cpu = (self._open(d / "cpu.stat"), 1e-6, b"usage_usec")
+                    break
+        self._oom = self._first(dirs, ("memory.oom_control", "memory.events"))
+        self._pids = self._first(dirs, ("pids.events",))
+
+    def _open(self, path: Path) -> int:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fds.append(fd)
+        return fd
+
+    def _first(self, dirs: list[Path], names: tuple[str, ...]) -> int | None:
+        for name in names:
+            for d in dirs:
+                if (d / name).exists():
+                    with contextlib.suppress(OSError):
+                        return self._open(d / name)
+        return None
+
+    @property
+    def counts_cpu(self) -> bool:
+        return self._cpu is not None
+
+    @property
+    def active(self) -> bool:
+        return self._cpu is not None or self._oom is not None or self._pids is not None
+
+    @staticmethod
+    def _key(fd: int | None, key: bytes) -> int:
+        if fd is None:
+            return 0
+        try:
+            for line in os.pread(fd, 4096, 0).splitlines():
+                name, _, value = line.partition(b" ")
+                if name == key:
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time every process of the group used so far; None when not counted."""
+        if self._cpu is None:
+            return None
+        fd, scale, key = self._cpu
+        if key is not None:
+            return self._key(fd, key) * scale
+        try:
+            return int(os.pread(fd, 64, 0)) * scale
+        except (OSError, ValueError):
+            return None
+
+    def oom_kills(self) -> int:
+        return self._key(self._oom, b"oom_kill")
+
+    def pids_refusals(self) -> int:
+        """How many forks the pids limit refused so far ("max" in pids.events)."""
+        return self._key(self._pids, b"max")
+
+    def members(self) -> set[int]:
+        found: set[int] = set()
+        for procs in self._procs:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(pid) for pid in procs.read_text().split())
+        return found
+
+    def kill_others(self, own: int) -> int:
+        """SIGKILL every member but ``own`` (the worker); how many were signalled."""
+        killed = 0
+        for pid in self.members() - {own}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        return killed
+
+    def close(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()

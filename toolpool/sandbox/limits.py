@@ -3,7 +3,11 @@ carry them in a process.
 
 The coordinator enforces ``wall_seconds`` (a timer) and the worker ``output_bytes``
 (it counts); the kernel enforces the rest through rlimits and, where writable,
-cgroups (cgroups.py).
+cgroups (cgroups.py). Where the worker can read its cgroup, ``cpu_seconds`` is
+counted over every process of the call and enforced by the worker's watcher
+(worker/runner.py, SPEC X7); RLIMIT_CPU stays as the per-process backstop.
+``tmp_bytes`` sizes a command's private /tmp (a tmpfs) and ``spill_bytes`` caps the
+spill file of a command's output (SPEC X8).
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ class Limits:
     """Per-call limits. Every field can be set per session and per tool."""
 
     wall_seconds: float = 120.0  # a call running longer is cancelled, then killed
-    cpu_seconds: float = 60.0  # RLIMIT_CPU, moved per call
+    cpu_seconds: float = 60.0  # the call's cgroup CPU time; RLIMIT_CPU per process too
     memory_bytes: int = 1024 * MiB  # the worker's memory cgroup, else RLIMIT_AS growth
     processes: int = 256  # pids cgroup (RLIMIT_NPROC does not bind root)
     file_size_bytes: int = 1024 * MiB  # RLIMIT_FSIZE: no file written bigger
     output_bytes: int = 10 * MiB  # result and printed output a call may return
     open_files: int = 1024  # RLIMIT_NOFILE
+    tmp_bytes: int = 256 * MiB  # size of a command's private /tmp (tmpfs)
+    spill_bytes: int = 64 * MiB  # a command's output kept in its spill file
     network: bool = False  # commands tools start may reach the network
 
     def __post_init__(self) -> None:
@@ -58,6 +64,12 @@ class Limits:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
+
+
+def named(limits: Limits, name: str) -> str:
+    """``name = value`` as a message names a limit: "cpu_seconds = 3"."""
+    value = getattr(limits, name)
+    return f"{name} = {value:g}" if isinstance(value, float) else f"{name} = {value}"
 
 
 def _set(which: int, soft: int, hard: int | None = None) -> None:

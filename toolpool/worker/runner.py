@@ -6,6 +6,13 @@ an ``async`` one — a tool that ignores SIGTERM is killed with its worker after
 grace period; SIGXCPU (the per-call CPU allowance is spent) raises
 ``LimitExceeded``. Whatever the tool started is ended after the call, orphans that
 called setsid included (the worker is their subreaper).
+
+Where the worker can read its cgroups, a watcher thread counts each call over every
+process in them (SPEC X7): when the call's CPU allowance is spent, or the pids limit
+refused a fork, it kills the call's processes (every member but the worker), and
+SIGXCPU interrupts the tool if its own code spends the CPU or it does not return;
+an OOM kill during the call is seen in the memory cgroup's counter. Such a call's
+result is ``limit_exceeded``, naming the limit and its value.
 """
 
 from __future__ import annotations
@@ -13,11 +20,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
+import math
 import os
 import resource
 import signal
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -32,13 +42,18 @@ from toolpool.outcomes import result_from_exception, result_from_output
 from toolpool.protocol import Execute, Progress, Result
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux
-from toolpool.sandbox.limits import CallLimits, Limits
+from toolpool.sandbox.cgroups import CallAccounting
+from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext
 from toolpool.worker.channel import Channel
 
 # How long what a call left running gets between SIGTERM and SIGKILL.
 SWEEP_GRACE = 0.5
+# The call watcher looks at the cgroups at least this often (seconds) during a call;
+# a tool whose processes it stopped for CPU has CPU_GRACE to return before SIGXCPU.
+WATCH_INTERVAL = 0.1
+CPU_GRACE = 1.0
 
 
 class LimitExceeded(BaseException):
@@ -85,20 +100,28 @@ class Runner:
     """Runs the calls a worker receives, one at a time, in the main thread."""
 
     def __init__(
-        self, registry: ToolRegistry, channel: Channel, *, limit_address_space: bool
+        self,
+        registry: ToolRegistry,
+        channel: Channel,
+        *,
+        limit_address_space: bool,
+        cgroup_procs: Sequence[str] = (),
     ) -> None:
         self.registry = registry
         self.channel = channel
         self.limits = CallLimits(limit_address_space=limit_address_space)
         self._parsed: tuple[dict[str, Any], Limits] | None = None  # the last limits seen
         self._running: _Running | None = None
+        self._call_limits = Limits()
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._memory = _PeakMemory()
+        self._watch = _CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
 
     def close(self) -> None:
         self._loop.close()
         self._memory.close()
+        self._watch.close()
 
     # -- signals -------------------------------------------------------------------
 
@@ -126,7 +149,8 @@ class Runner:
 
     def _on_cpu_limit(self, signum: int, frame: FrameType | None) -> None:
         if self._running is not None:
-            raise LimitExceeded("used up its CPU time limit")
+            cpu = named(self._call_limits, "cpu_seconds")
+            raise LimitExceeded(f"used up its CPU time limit ({cpu})")
 
     # -- one call ------------------------------------------------------------------
 
@@ -148,6 +172,7 @@ class Runner:
             scratch_dir=Path(context["scratch_dir"]) if context.get("scratch_dir") else None,
             cancel_token=token,
             progress=lambda data: self.channel.send(Progress(call.id, data)),
+            limits=limits,
         )
         started = time.monotonic()
         cpu_before = _cpu_seconds()
@@ -155,11 +180,14 @@ class Runner:
         printed = _PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
         status = "ok"
+        stopped: tuple[str, int] | None = None
+        self._call_limits = limits
         try:
             if spec is None:
                 raise LookupError(f'tool "{call.name}" is not loaded in this worker')
             self.limits.apply(limits)
             self._arm()
+            self._watch.begin(limits)
             sys.stdout = sys.stderr = printed
             self._running = _Running(call.id)
             if spec.is_async:
@@ -184,7 +212,7 @@ class Runner:
             result = ToolResult.error(
                 call,
                 ErrorCode.LIMIT_EXCEEDED,
-                f"The tool ran out of memory (limit {limits.memory_bytes} bytes).",
+                f"The tool ran out of memory ({named(limits, 'memory_bytes')}).",
             )
         except OSError as exc:
             self._running = None
@@ -202,8 +230,11 @@ class Runner:
             self._running = None
             if os.getpid() != self._pid:
                 os._exit(0)  # a process the tool forked must not go on as a worker
+            stopped = self._watch.end()
             sys.stdout, sys.stderr = stdout, stderr
             swept = self._sweep()
+        if stopped is not None and result.error_code is not ErrorCode.LIMIT_EXCEEDED:
+            result = _stopped_by_limit(call, result, limits, *stopped)
         if status == "ok" and result.is_error:
             status = "error"
         usage: dict[str, Any] = {
@@ -238,6 +269,136 @@ class Runner:
         report = terminate(ProcessTree(os.getpid(), include_root=False), grace=SWEEP_GRACE)
         linux.reap_children()
         return len(report.pids)
+
+
+@dataclass(slots=True)
+class _Watched:
+    """One call as the watcher sees it."""
+
+    limits: Limits
+    cpu_base: float | None
+    oom_base: int
+    pids_base: int
+    tripped: str | None = None  # "cpu_seconds" or "processes", once acted on
+    tripped_at: float = 0.0
+    signalled_at: float = -math.inf
+    killed: int = 0  # processes the watcher ended
+
+
+class _CallWatch:
+    """Per-call accounting over the worker's cgroups (SPEC X7).
+
+    One worker runs one call at a time, so the cgroups' usage delta over a call is the
+    call's. A thread, started at the first call, looks at the CPU counter and the pids
+    refusals while a call runs — more often as the allowance runs out — and, when a
+    limit is hit, ends the call's processes (SIGKILL to every member but the worker,
+    again at each look: a tool may start more) and, for CPU, sends the worker SIGXCPU
+    if its own code spends the time or it has not returned after ``CPU_GRACE``.
+    Without cgroups it does nothing: RLIMIT_CPU per process is all there is.
+    """
+
+    def __init__(self, accounting: CallAccounting | None) -> None:
+        self._acct = accounting if accounting is not None and accounting.active else None
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._call: _Watched | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._cpus = max(1, len(os.sched_getaffinity(0)))
+
+    def begin(self, limits: Limits) -> None:
+        acct = self._acct
+        if acct is None:
+            return
+        watched = _Watched(limits, acct.cpu_seconds(), acct.oom_kills(), acct.pids_refusals())
+        with self._cond:
+            self._call = watched
+            self._cond.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="call-watch", daemon=True)
+            self._thread.start()
+
+    def end(self) -> tuple[str, int] | None:
+        """The limit that stopped the call, if one did, and how many processes the
+        watcher ended."""
+        with self._cond:
+            watched, self._call = self._call, None
+        acct = self._acct
+        if watched is None or acct is None:
+            return None
+        if watched.tripped == "cpu_seconds":
+            return "cpu_seconds", watched.killed
+        if acct.oom_kills() > watched.oom_base:
+            return "memory_bytes", watched.killed
+        if watched.tripped == "processes" or acct.pids_refusals() > watched.pids_base:
+            return "processes", watched.killed
+        return None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._call = None
+            self._cond.notify()
+        if self._acct is not None:
+            self._acct.close()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                watched = self._call
+                if watched is None:
+                    self._cond.wait()
+                    continue
+                self._cond.wait(self._look(watched))
+
+    def _look(self, w: _Watched) -> float:
+        """Check the call once (the lock is held); the seconds until the next look."""
+        acct = self._acct
+        assert acct is not None
+        now = time.monotonic()
+        if w.tripped is None and acct.pids_refusals() > w.pids_base:
+            w.tripped, w.tripped_at = "processes", now
+        if w.tripped is None and w.cpu_base is not None:
+            used = acct.cpu_seconds()
+            left = w.limits.cpu_seconds - ((used if used is not None else w.cpu_base) - w.cpu_base)
+            if left > 0:
+                # All CPUs busy cannot spend the rest sooner than this.
+                return min(WATCH_INTERVAL, max(0.01, left / self._cpus))
+            w.tripped, w.tripped_at = "cpu_seconds", now
+        if w.tripped is None:
+            return WATCH_INTERVAL
+        w.killed += acct.kill_others(self._pid)
+        if (
+            w.tripped == "cpu_seconds"
+            and (w.killed == 0 or now - w.tripped_at >= CPU_GRACE)
+            and now - w.signalled_at >= 1.0
+        ):
+            w.signalled_at = now
+            os.kill(self._pid, signal.SIGXCPU)
+        return 0.05
+
+
+def _stopped_by_limit(
+    call: ToolCall, result: ToolResult, limits: Limits, name: str, killed: int
+) -> ToolResult:
+    """``result`` of a call a limit stopped: limit_exceeded, naming the limit and its
+    value; what the tool had to say (a command's output) follows."""
+    value = named(limits, name)
+    if name == "cpu_seconds":
+        who = "command" if killed else "tool"
+        text = f"The {who} used up its CPU time limit ({value}) and was stopped."
+    elif name == "memory_bytes":
+        text = (
+            f"The command ran out of memory: it went past the memory limit ({value}) "
+            "and the kernel killed it."
+        )
+    else:
+        text = f"The command reached the process limit ({value}): it could not start more."
+    before = result.text.strip()
+    if before:
+        text += "\n\n" + before
+    details = {**result.details, "limit": name, "limit_value": getattr(limits, name)}
+    return ToolResult.error(call, ErrorCode.LIMIT_EXCEEDED, text, details)
 
 
 def _cpu_seconds() -> float:
