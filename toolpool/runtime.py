@@ -5,10 +5,17 @@ nothing else of either. The directory is ``$TOOLPOOL_RUNTIME_DIR``, else
 ``$XDG_RUNTIME_DIR/toolpool``, else ``/tmp/toolpool-<uid>``; it must be owned by the
 user and closed to everyone else (mode 0700), because whoever can open the socket in
 it can run commands as the user.
+
+The client trusts nothing it finds there until it checked it (SPEC X10,
+``read_trusted_endpoint``): the directory, the endpoint file and the socket it names must
+be the user's own and writable by no one else. Sessions' scratch directories live in
+``scratch-<daemon pid>`` inside it (SPEC X8, ``private_dir``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import stat
@@ -21,6 +28,7 @@ from toolpool.errors import ToolpoolError
 SOCKET_NAME = "daemon.sock"
 ENDPOINT_NAME = "daemon.json"
 PID_NAME = "daemon.pid"
+SCRATCH_PREFIX = "scratch-"  # + the daemon's pid: its sessions' scratch directories
 
 
 class RuntimeDirError(ToolpoolError):
@@ -49,6 +57,22 @@ def ensure_private(path: Path) -> Path:
     return path
 
 
+def private_dir(path: Path) -> Path:
+    """Create directory ``path`` with mode 0700 (its parent must exist) or take the
+    existing one if it is ours; either way check it after: a real directory (not a
+    symlink), owned by us, mode 0700."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeDirError(f"{path} is not a directory")
+    if st.st_uid != os.getuid():
+        raise RuntimeDirError(f"{path} belongs to uid {st.st_uid}, not to us ({os.getuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read, atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -65,3 +89,98 @@ def read_endpoint(directory: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+# What the client checks before it trusts the runtime directory (SPEC X10). Others may
+# read or search the directory without harm to the client (the daemon closes it to
+# them, 0700, at every start): only a directory or file that someone else owns or may
+# write to can hold an endpoint file or a socket they put there.
+_WRITABLE_BY_OTHERS = 0o022
+MAX_ENDPOINT_BYTES = 64 * 1024
+
+
+def _untrusted(path: Path, st: os.stat_result, what: str, fix: str) -> str | None:
+    me = os.getuid()
+    if st.st_uid != me:
+        return f"{path} ({what}) belongs to uid {st.st_uid}, not to you (uid {me}); {fix}"
+    if st.st_mode & _WRITABLE_BY_OTHERS:
+        mode = oct(stat.S_IMODE(st.st_mode))
+        return f"{path} ({what}, uid {st.st_uid}) is writable by others (mode {mode}); {fix}"
+    return None
+
+
+def check_trusted_dir(path: Path, what: str = "runtime dir") -> None:
+    """``path`` is a directory (not a symlink) of ours that no one else may write to.
+    Raises FileNotFoundError when it does not exist, RuntimeDirError when untrusted."""
+    st = os.lstat(path)
+    fix = (
+        "toolpool will not use it: remove it, or set TOOLPOOL_RUNTIME_DIR to a directory "
+        "of your own (the daemon makes it mode 0700)"
+    )
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise RuntimeDirError(f"{path} ({what}, uid {st.st_uid}) is {kind}; {fix}")
+    problem = _untrusted(path, st, what, fix)
+    if problem:
+        raise RuntimeDirError(problem)
+
+
+def read_trusted_endpoint(directory: Path) -> dict[str, Any] | None:
+    """The endpoint file in ``directory`` once the directory, the file and the ipc
+    socket it names are checked (ours, writable by no one else, no symlinks); None
+    when there is no directory or no endpoint file. Raises RuntimeDirError."""
+    try:
+        check_trusted_dir(directory)
+    except FileNotFoundError:
+        return None
+    path = directory / ENDPOINT_NAME
+    fix = "remove it (toolpool daemon stop; rm it if no daemon runs) and start the daemon again"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            owner = os.lstat(path).st_uid
+            raise RuntimeDirError(
+                f"{path} (endpoint file, uid {owner}) is a symlink; {fix}"
+            ) from None
+        raise RuntimeDirError(f"cannot open the endpoint file {path}: {exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise RuntimeDirError(f"{path} (endpoint file) is not a regular file; {fix}")
+        problem = _untrusted(path, st, "endpoint file", fix)
+        if problem:
+            raise RuntimeDirError(problem)
+        try:
+            data = json.loads(f.read(MAX_ENDPOINT_BYTES))
+        except ValueError:
+            return None
+    if not isinstance(data, dict):
+        return None
+    ipc = data.get("ipc")
+    if isinstance(ipc, str) and ipc.startswith("ipc://"):
+        check_trusted_socket(Path(ipc.removeprefix("ipc://")))
+    return data
+
+
+def check_trusted_socket(path: Path) -> None:
+    """The daemon's ipc socket: a socket (not a symlink) of ours that no one else may
+    write to, in a directory that passes ``check_trusted_dir``. A missing socket is
+    left to the connection to report."""
+    try:
+        check_trusted_dir(path.parent, "the daemon socket's directory")
+    except FileNotFoundError:
+        return
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    fix = "toolpool will not connect to it: stop that daemon, remove the file, start again"
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a socket"
+        raise RuntimeDirError(f"{path} (daemon socket, uid {st.st_uid}) is {kind}; {fix}")
+    problem = _untrusted(path, st, "daemon socket", fix)
+    if problem:
+        raise RuntimeDirError(problem)

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolpool.client.errors import ClientProtocolError, DaemonUnavailable, RequestFailed
+from toolpool.client.errors import (
+    ClientProtocolError,
+    DaemonUnavailable,
+    RequestFailed,
+    UntrustedEndpoint,
+)
 from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd, event_from_dict
 from toolpool.protocol import (
     MAX_FRAME_BYTES,
@@ -27,7 +32,7 @@ from toolpool.protocol import (
     TurnEvent,
     encode,
 )
-from toolpool.runtime import read_endpoint, runtime_dir
+from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +43,20 @@ class Endpoint:
 
 def resolve_endpoint(endpoint: str | None, directory: str | Path | None) -> Endpoint:
     """An explicit endpoint, else ``$TOOLPOOL_ENDPOINT``, else the running daemon's
-    ipc socket from its endpoint file in the runtime directory."""
+    ipc socket from its endpoint file in the runtime directory. What it finds there is
+    checked first (SPEC X10): the directory, the endpoint file and the socket must be
+    the user's own and writable by no one else, else ``UntrustedEndpoint``, before
+    any connection. An explicit endpoint is the caller's choice and is not checked."""
     if endpoint:
         return Endpoint(endpoint)
     if os.environ.get("TOOLPOOL_ENDPOINT"):
         return Endpoint(os.environ["TOOLPOOL_ENDPOINT"])
     where = Path(directory) if directory else runtime_dir()
-    info = read_endpoint(where)
-    if info is None:
+    try:
+        info = read_trusted_endpoint(where)
+    except RuntimeDirError as exc:
+        raise UntrustedEndpoint(str(exc)) from None
+    if info is None or not isinstance(info.get("ipc"), str):
         raise DaemonUnavailable(
             f"no toolpool daemon runs for this user (no endpoint file in {where}); "
             "start one with: toolpool daemon start"

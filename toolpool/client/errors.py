@@ -4,6 +4,7 @@ result (``ToolResult.is_error``), never an exception."""
 from __future__ import annotations
 
 from toolpool.errors import ToolpoolError
+from toolpool.runtime import RuntimeDirError
 
 
 class ClientError(ToolpoolError):
@@ -12,6 +13,11 @@ class ClientError(ToolpoolError):
 
 class DaemonUnavailable(ClientError):
     """No daemon answers at the endpoint (not started, stopped, or not reachable)."""
+
+
+class UntrustedEndpoint(ClientError, RuntimeDirError):
+    """The runtime directory, its endpoint file or the socket it names is not the
+    user's own or may be written by others (SPEC X10): the client did not connect."""
 
 
 class ClientTimeout(ClientError, TimeoutError):

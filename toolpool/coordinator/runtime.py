@@ -6,10 +6,18 @@
     results = await turn
 
 The daemon wraps one of these; tests and embedders use it directly.
+
+Sessions' scratch directories live under ``scratch_root`` (the daemon passes its
+private ``<runtime dir>/scratch-<pid>``); without one, the coordinator makes a
+private temporary directory at its first session and removes it in ``close()`` (or
+when it is garbage-collected, or at interpreter exit).
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +53,7 @@ class Coordinator:
         middlewares: Sequence[Middleware] = (),
         max_tool_concurrency: int = DEFAULT_MAX_TOOL_CONCURRENCY,
         max_tool_errors: int = DEFAULT_MAX_TOOL_ERRORS,
+        scratch_root: Path | None = None,
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.executor = executor or InProcessExecutor()
@@ -52,6 +61,28 @@ class Coordinator:
         self.max_tool_concurrency = max_tool_concurrency
         self.max_tool_errors = max_tool_errors
         self.sessions: dict[str, Session] = {}
+        self._scratch_root = scratch_root
+        self._own_scratch: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def scratch_root(self) -> Path:
+        """Where the sessions' scratch directories go (made on first use when the
+        coordinator owns it: 0700, by ``tempfile.mkdtemp``)."""
+        if self._scratch_root is None:
+            self._scratch_root = Path(tempfile.mkdtemp(prefix="toolpool-scratch-"))
+            self._own_scratch = weakref.finalize(
+                self, shutil.rmtree, self._scratch_root, ignore_errors=True
+            )
+        return self._scratch_root
+
+    def close(self) -> None:
+        """Close every session; remove the scratch root if the coordinator made it."""
+        for session_id in list(self.sessions):
+            self.close_session(session_id)
+        if self._own_scratch is not None:
+            self._own_scratch()
+            self._own_scratch = None
+            self._scratch_root = None
 
     def open_session(
         self,
@@ -63,15 +94,18 @@ class Coordinator:
         max_tool_errors: int | None = None,
         limits: Mapping[str, Any] | None = None,
     ) -> Session:
+        if session_id is not None and session_id in self.sessions:
+            raise ValueError(f"session {session_id} is already open")
         session = Session(
             workspace,
             session_id=session_id,
+            scratch_root=self.scratch_root,
             extra_roots=extra_roots,
             allow_network=allow_network,
             max_tool_errors=self.max_tool_errors if max_tool_errors is None else max_tool_errors,
             limits=limits,
         )
-        if session.id in self.sessions:
+        if session.id in self.sessions:  # a random id met an open one
             raise ValueError(f"session {session.id} is already open")
         self.sessions[session.id] = session
         return session

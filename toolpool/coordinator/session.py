@@ -2,6 +2,10 @@
 
 It owns the workspace, the file-read register and the breaker's counts. Its turns
 run one after another: a turn holds ``turn_lock`` from its first call to its end.
+
+Its scratch directory (spill files) is ``<scratch_root>/<session id>``, created mode
+0700 when the session opens and removed when it closes (SPEC X8); without a
+``scratch_root`` the session makes a private temporary one of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from toolpool.cancel import CancelToken
 from toolpool.coordinator.breaker import Breaker
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
+from toolpool.runtime import private_dir
 from toolpool.tool import ToolContext
+
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,7 @@ class Session:
         allow_network: bool = False,
         max_tool_errors: int = 3,
         limits: Mapping[str, Any] | None = None,
+        scratch_root: Path | None = None,
     ) -> None:
         root = Path(workspace).resolve()
         if not root.is_dir():
@@ -53,8 +61,13 @@ class Session:
         self.breaker = Breaker(max_tool_errors)
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()
-        # Created by the tools that need it (spill files); removed by close().
-        self.scratch_dir = Path(tempfile.gettempdir()) / f"toolpool-session-{self.id}"
+        # Private (0700) before any tool writes there; removed by close().
+        if scratch_root is None:
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix=f"toolpool-session-{self.id}-"))
+        else:
+            if self.id in ("", ".", "..") or not set(self.id) <= _ID_CHARS:
+                raise ValueError(f"session id {self.id!r} cannot name a scratch directory")
+            self.scratch_dir = private_dir(scratch_root / self.id)
 
     def close(self) -> None:
         """Forget the session's state and remove its scratch directory."""
