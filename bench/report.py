@@ -118,6 +118,13 @@ def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms",
             s["p99"] <= 50,
         )
+    conf = data.get("confinement")
+    if conf:
+        check(
+            "the confinement adds ≤ 10 ms per bash call (p50)",
+            f"{conf['added_ms']:.1f} ms",
+            conf["added_ms"] <= 10,
+        )
     return rows
 
 
@@ -243,6 +250,22 @@ def markdown(data: dict[str, Any], command: str) -> str:
             "",
             "![recovery](recovery.png)",
         ]
+
+    if conf := data.get("confinement"):
+        base = conf["summary_ms"]["none"]["p50"]
+        lines += [
+            "",
+            "## Confinement",
+            "",
+            "One bash call of `true` through the bash tool in-process, under each sandbox "
+            "profile (calls interleaved). The full profile adds "
+            f"{conf['added_ms']:.1f} ms per call at the median.",
+            "",
+            "| profile | p50 ms | p99 ms | max ms | p50 added ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, v in conf["summary_ms"].items():
+            lines.append(f"| {name} | {_row(v, 2)} | {v['p50'] - base:.2f} |")
 
     if peers := data.get("peers"):
         t = peers["throughput_calls_per_second"]

@@ -28,9 +28,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import report
 from bench.common import REPO, dump, machine
-from bench.scenarios import interrupts, overhead, peers, recovery, throughput
+from bench.scenarios import confinement, interrupts, overhead, peers, recovery, throughput
 
-SCENARIOS = ("overhead", "throughput", "mixed", "interrupts", "recovery", "peers")
+SCENARIOS = ("overhead", "throughput", "mixed", "interrupts", "recovery", "confinement", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = interrupts.run(args.quick, workspace)
             elif name == "recovery":
                 data[name] = recovery.run(args.quick, workspace)
+            elif name == "confinement":
+                data[name] = confinement.run(args.quick, workspace)
             elif name == "peers":
                 data[name] = peers.run(args.quick, workspace)
             progress.update(task, completed=progress.tasks[task].total)

@@ -52,8 +52,10 @@ class Daemon:
             return set()
 
 
-def start_daemon(tmp: Path, *flags: str) -> Daemon:
-    runtime = tmp / "rt"
+def start_daemon(
+    tmp: Path, *flags: str, runtime: Path | None = None, env: dict[str, str] | None = None
+) -> Daemon:
+    runtime = runtime or tmp / "rt"
     log = tmp / "daemon.log"
     argv = [
         sys.executable, "-m", "toolpool", "daemon", "run",
@@ -63,7 +65,7 @@ def start_daemon(tmp: Path, *flags: str) -> Daemon:
         "--log-file", str(log), "--log-level", "debug",
         *flags,
     ]  # fmt: skip
-    process = subprocess.Popen(argv, cwd=ROOT, env=daemon_env(tmp))
+    process = subprocess.Popen(argv, cwd=ROOT, env={**daemon_env(tmp), **(env or {})})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         info = read_endpoint(runtime)
@@ -104,8 +106,10 @@ def running(pid: int) -> bool:
 
 
 @contextmanager
-def running_daemon(tmp: Path, *flags: str) -> Iterator[Daemon]:
-    daemon = start_daemon(tmp, *flags)
+def running_daemon(
+    tmp: Path, *flags: str, runtime: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[Daemon]:
+    daemon = start_daemon(tmp, *flags, runtime=runtime, env=env)
     try:
         yield daemon
     finally:

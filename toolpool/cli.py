@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -185,6 +186,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         f"[bold]limits[/] max_tool_concurrency {status['max_tool_concurrency']}, "
         f"max_tool_errors {status['max_tool_errors']}"
     )
+    if status.get("running_as_root"):
+        console.print(
+            "[yellow]running as root[/]: commands run without capabilities but still pass "
+            "owner checks on root's files; a dedicated unprivileged user is the safer way "
+            "to run the daemon"
+        )
     console.print(f"[bold]sessions[/] {len(status['sessions'])}, clients {status['clients']}")
     for session_id, info in status["sessions"].items():
         failing = ", ".join(f"{t}: {n}" for t, n in info["breaker_failures"].items()) or "none"
@@ -212,9 +219,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     for line in profile.describe():
         style = "green" if line.startswith("on") else "yellow"
         console.print(f"  [{style}]{line}[/]")
+    from toolpool.sandbox.command import self_check
+
+    ok, detail = self_check(profile)
+    style = "green" if ok else "red"
+    console.print(f"[bold]confined command[/]: [{style}]{'works' if ok else 'FAILS'}[/] — {detail}")
+    if os.geteuid() == 0:
+        console.print(
+            "[yellow]running as root[/]: commands run without capabilities, but still pass "
+            "owner checks on root's files; a dedicated unprivileged user is the safer way "
+            "to run the daemon"
+        )
     rg = shutil.which("rg")
     console.print(f"[bold]ripgrep[/]: {rg or 'missing (install the Debian package ripgrep)'}")
-    return 0
+    return 0 if ok else 1
 
 
 def _cmd_mcp_serve(args: argparse.Namespace) -> int:

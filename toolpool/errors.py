@@ -21,10 +21,15 @@ class ToolDefinitionError(ToolpoolError):
 class ToolError(ToolpoolError):
     """Raise inside a tool to fail with a message for the model and no traceback.
 
-    ``details`` are copied into the error result's details.
+    ``details`` are copied into the error result's details; ``code`` (an ErrorCode
+    value such as "limit_exceeded" or "sandbox_failed") replaces the default
+    "execution_failed".
     """
 
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, details: dict[str, Any] | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
+        self.code = code

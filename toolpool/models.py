@@ -101,6 +101,7 @@ class ErrorCode(StrEnum):
     EXECUTION_FAILED = "execution_failed"  # P10
     LIMIT_EXCEEDED = "limit_exceeded"  # D3: wall time, CPU, memory, file or output size
     WORKER_LOST = "worker_lost"  # D2: the worker died or hung mid-call
+    SANDBOX_FAILED = "sandbox_failed"  # X1: the confinement could not be set up
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,8 @@ def result_from_exception(call: ToolCall, exc: BaseException) -> ToolResult:
     if isinstance(exc, Cancelled):
         return cancelled_result(call, exc.source)
     if isinstance(exc, ToolError):
-        return ToolResult.error(call, ErrorCode.EXECUTION_FAILED, exc.message, dict(exc.details))
+        code = ErrorCode(exc.code) if exc.code else ErrorCode.EXECUTION_FAILED
+        return ToolResult.error(call, code, exc.message, dict(exc.details))
     details: dict[str, Any] = {"exception": type(exc).__name__}
     frames = traceback.extract_tb(exc.__traceback__)
     if frames:

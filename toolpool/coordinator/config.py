@@ -46,6 +46,10 @@ class DaemonConfig:
     max_worker_rss: int = 512 * 1024 * 1024
     worker_cpus: float = 1.0
     sandbox_disabled: frozenset[str] = frozenset()
+    require_sandbox: frozenset[str] = frozenset()  # refuse to start when one is off (X11)
+    deny_read: tuple[str, ...] | None = None  # None: toolpool's default list (X9)
+    env_passthrough: tuple[str, ...] = ()  # daemon variables commands may see (X9)
+    private_run: bool = True  # /run and /var/run private inside commands (X2)
     limits: Limits = field(default_factory=Limits)
     tool_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_level: str = "info"
@@ -85,6 +89,17 @@ def _bool_free_int(v: Any) -> int:
     return int(v)
 
 
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
 def _level(v: Any) -> str:
     level = str(v).lower()
     if level not in ("debug", "info", "warning", "error"):
@@ -109,6 +124,10 @@ _PARSE: dict[str, Callable[[Any], Any]] = {
     "max_worker_rss": _bool_free_int,
     "worker_cpus": float,
     "sandbox_disabled": lambda v: frozenset(_strings(v)),
+    "require_sandbox": lambda v: frozenset(_strings(v)),
+    "deny_read": _strings,
+    "env_passthrough": _strings,
+    "private_run": _bool,
     "log_level": _level,
     "log_file": _path,
     "mcp_servers": _path,

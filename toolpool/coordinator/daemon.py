@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from toolpool.coordinator import jsonlog
 from toolpool.coordinator.config import DaemonConfig
+from toolpool.coordinator.peers import LOCAL_DOMAIN, PeerGuard
 from toolpool.coordinator.pool import PoolConfig, PoolError, WorkerPool
 from toolpool.coordinator.pool_executor import PoolExecutor
 from toolpool.coordinator.runtime import Coordinator
@@ -35,11 +36,14 @@ from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.runtime import (
     ENDPOINT_NAME,
     PID_NAME,
+    SCRATCH_PREFIX,
     SOCKET_NAME,
     ensure_private,
+    private_dir,
     read_endpoint,
     write_private,
 )
+from toolpool.sandbox.policy import Policy, default_deny_read
 
 log = logging.getLogger("toolpool.daemon")
 
@@ -90,13 +94,21 @@ async def serve(config: DaemonConfig) -> int:
         raise DaemonError(str(exc)) from exc
 
 
+STALE_RUN_PREFIXES = ("workers-", "mcp-", SCRATCH_PREFIX)
+
+
 def _remove_stale_run_directories(runtime: Path) -> None:
-    """The workers' (and MCP bridges') directories of earlier runs: each run leaves
-    its own, with the worker logs, for a look after it stopped or crashed; the next
-    start removes them, so they do not pile up. No daemon runs here (checked)."""
-    for pattern in ("workers-*", "mcp-*"):
-        for stale in runtime.glob(pattern):
-            if stale.is_dir() and not stale.is_symlink():
+    """The directories of earlier runs, named ``<kind>-<pid>``: the workers' and MCP
+    bridges' (each run leaves its own, with the worker logs, for a look after it
+    stopped or crashed) and the sessions' scratch (removed at a clean stop, left by
+    a crash: SPEC X8). The next start removes those whose pid is not alive (or is
+    ours: a dead daemon's pid reused), so they do not pile up."""
+    for prefix in STALE_RUN_PREFIXES:
+        for stale in runtime.glob(f"{prefix}*"):
+            pid = stale.name.removeprefix(prefix)
+            if not pid.isdigit() or not stale.is_dir() or stale.is_symlink():
+                continue
+            if int(pid) == os.getpid() or not _alive(int(pid)):
                 shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -118,31 +130,48 @@ async def _serve(
             worker_cpus=config.worker_cpus,
             sandbox_disabled=config.sandbox_disabled,
             runtime_dir=runtime / f"workers-{os.getpid()}",
+            policy=confinement_policy(config, runtime),
         )
     )
     try:
         await pool.start()
+        try:
+            _check_required_sandbox(pool, config)
+        except PoolError:
+            await pool.close()
+            raise
     except PoolError as exc:
         raise DaemonError(f"the worker pool did not start: {exc}") from exc
     registry = ToolRegistry(t for m in tool_modules for t in tools_in_module(m))
+    scratch = runtime / f"{SCRATCH_PREFIX}{os.getpid()}"  # removed at stop (SPEC X8)
+    try:
+        private_dir(scratch)
+    except Exception:
+        await pool.close()
+        raise
     coordinator = Coordinator(
         registry,
         executor=PoolExecutor(pool, tool_limits=config.tool_limits),
         max_tool_concurrency=config.max_tool_concurrency,
         max_tool_errors=config.max_tool_errors,
+        scratch_root=scratch,
     )
     server = Server(coordinator, pool, approval_timeout=config.approval_timeout)
     authenticator = None
     try:
-        ipc = server.bind(f"ipc://{runtime / SOCKET_NAME}")
+        authenticator = _start_authenticator(server, pool, config, curve is not None)
+        ipc = server.bind(f"ipc://{runtime / SOCKET_NAME}", zap_domain=LOCAL_DOMAIN)
         tcp = None
         if config.tcp:
-            if curve is not None:
-                authenticator = _start_authenticator(server, config)
             tcp = server.bind(f"tcp://{config.tcp}", curve=curve)
     except Exception:
+        if authenticator is not None:
+            authenticator.stop()
         await pool.close()
+        shutil.rmtree(scratch, ignore_errors=True)
         raise
+    if os.geteuid() == 0:
+        log.warning(ROOT_WARNING)
     server.start()
     endpoint = {
         "pid": os.getpid(),
@@ -182,17 +211,53 @@ async def _serve(
             loop.remove_signal_handler(sig)
         for name in (ENDPOINT_NAME, PID_NAME, SOCKET_NAME):
             (runtime / name).unlink(missing_ok=True)
+        coordinator.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     log.info("daemon stopped")
     return 0
 
 
-def _start_authenticator(server: Server, config: DaemonConfig) -> Any:
-    from zmq.auth.thread import ThreadAuthenticator
-
-    authenticator = ThreadAuthenticator(server.context)
+def _start_authenticator(
+    server: Server, pool: WorkerPool, config: DaemonConfig, curve: bool
+) -> PeerGuard:
+    """The ZAP handler: the local socket refuses the pool's confined processes (X2),
+    TCP clients need an authorized CURVE key."""
+    authenticator = PeerGuard(server.context, pool.confines)
     authenticator.start()
-    authenticator.configure_curve(domain="*", location=str(config.curve_authorized_keys))
+    if curve:
+        authenticator.configure_curve(domain="*", location=str(config.curve_authorized_keys))
     return authenticator
+
+
+ROOT_WARNING = (
+    "the daemon runs as root: commands run without capabilities but still pass owner "
+    "checks on root's files, and Python tools run as root; a dedicated unprivileged user "
+    "is the safer way to run the daemon"
+)
+
+
+def confinement_policy(config: DaemonConfig, runtime: Path) -> Policy:
+    """What confined code may not see: deny_read (toolpool's default list unless
+    configured), the runtime dir and the key files (X2, X6, X9)."""
+    deny = default_deny_read() if config.deny_read is None else config.deny_read
+    keys = [p for p in (config.curve_secret_key, config.curve_authorized_keys) if p is not None]
+    return Policy(
+        hidden=(*deny, str(runtime), *(str(k) for k in keys)),
+        env_passthrough=config.env_passthrough,
+        private_run=config.private_run,
+    )
+
+
+def _check_required_sandbox(pool: WorkerPool, config: DaemonConfig) -> None:
+    """Refuse to run when a mechanism the operator requires is off (X11)."""
+    off = {m.name: m.detail for m in pool.profile.mechanisms if not m.active}
+    missing = sorted(set(config.require_sandbox) & set(off))
+    unknown = sorted(set(config.require_sandbox) - {m.name for m in pool.profile.mechanisms})
+    if unknown:
+        raise PoolError(f"require_sandbox names unknown mechanisms {unknown}")
+    if missing:
+        reasons = "; ".join(f"{name}: {off[name]}" for name in missing)
+        raise PoolError(f"required sandbox mechanisms are off ({reasons})")
 
 
 def run_foreground(config: DaemonConfig) -> int:

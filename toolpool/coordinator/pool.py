@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -56,8 +57,10 @@ from toolpool.protocol import (
     decode,
     encode,
 )
+from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CgroupTree, WorkerCgroup
 from toolpool.sandbox.limits import Limits, MiB
+from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.terminate import (
     CgroupMembers,
@@ -92,6 +95,7 @@ class PoolConfig:
     sandbox_disabled: frozenset[str] = frozenset()
     runtime_dir: Path | None = None
     spawn_timeout: float = 10.0
+    policy: Policy = field(default_factory=Policy.default)  # what confined code may see
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:
@@ -210,6 +214,7 @@ class WorkerPool:
         self._replacement_ms: deque[float] = deque(maxlen=100)
         self._open = False
         self.endpoint = ""
+        self._policy = self.config.policy
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -232,6 +237,10 @@ class WorkerPool:
             self._runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self._runtime_dir, 0o700)
         self.endpoint = f"ipc://{self._runtime_dir}/workers.sock"
+        # Workers and the commands they start never see the runtime dir (X2).
+        self._policy = dataclasses.replace(
+            self.config.policy, hidden=(*self.config.policy.hidden, str(self._runtime_dir))
+        )
         self._context = zmq.Context()
         router = self._context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
@@ -241,7 +250,11 @@ class WorkerPool:
         router.bind(self.endpoint)
         self._router = LoopSocket(router, self._on_frames)
         self._zygote = Zygote(
-            self.config.tool_modules, self._runtime_dir, self._on_exit, self._on_zygote_death
+            self.config.tool_modules,
+            self._runtime_dir,
+            self._on_exit,
+            self._on_zygote_death,
+            env=self._policy.worker_environment(),
         )
         await self._zygote.start()
         self._open = True
@@ -359,7 +372,7 @@ class WorkerPool:
         if flight.result.done():
             return self._answered(worker, flight.result.result())
         if worker.exited.done():
-            return self._lost(worker)
+            return self._lost(worker, limits)
         # Cancelled, or past its wall time: ask the worker to stop the tool (D4).
         overran = not token.requested
         with contextlib.suppress(ProcessLookupError):
@@ -373,7 +386,7 @@ class WorkerPool:
         if flight.result.done():
             outcome = self._answered(worker, flight.result.result(), escalation="answered")
         elif worker.exited.done():
-            return self._lost(worker)
+            return self._lost(worker, limits)
         else:
             why = "it ran past its wall time" if overran else "it did not stop when cancelled"
             await self._kill(worker, f"{why} and was killed")
@@ -409,8 +422,16 @@ class WorkerPool:
             worker_id=worker.id,
         )
 
-    def _lost(self, worker: Worker) -> PoolOutcome:
+    def _lost(self, worker: Worker, limits: Limits) -> PoolOutcome:
         exit_ = worker.exited.result()
+        if exit_.oom:
+            # The kernel's OOM killer ended the worker itself: the call met its
+            # memory limit (X7), which is no crash of the worker.
+            return PoolOutcome(
+                "limit",
+                cause=f"memory limit (memory_bytes = {limits.memory_bytes})",
+                worker_id=worker.id,
+            )
         return PoolOutcome("lost", cause=exit_.describe(), worker_id=worker.id)
 
     # -- workers ------------------------------------------------------------------------
@@ -499,6 +520,7 @@ class WorkerPool:
             heartbeat_interval=self.config.heartbeat_interval,
             limits=self.config.limits.to_dict(),
             profile=self.profile.to_dict(),
+            policy=self._policy.to_dict(),
             cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
             offline=offline,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
@@ -747,6 +769,14 @@ class WorkerPool:
     @property
     def zygote_pid(self) -> int | None:
         return None if self._zygote is None else self._zygote.pid
+
+    def confines(self, pid: int) -> bool:
+        """Whether ``pid`` is one of the pool's confined processes: the zygote, a
+        worker, or anything they started (X2). Safe to call from any thread."""
+        zygote = self.zygote_pid
+        ancestors = {zygote} if zygote else set()
+        marker = None if self._cgroups is None else f"/{self._cgroups.parent}/"
+        return linux.lineage_includes(pid, ancestors, marker)
 
     def __repr__(self) -> str:
         s = self.statistics()

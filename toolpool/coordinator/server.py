@@ -142,6 +142,7 @@ class Server:
         endpoint: str,
         *,
         curve: tuple[bytes, bytes] | None = None,
+        zap_domain: str | None = None,
     ) -> str:
         """Listen on ``endpoint`` (with CURVE when given (public, secret) keys); return
         the endpoint actually bound (a TCP port of 0 is chosen by the system)."""
@@ -152,6 +153,8 @@ class Server:
         # Frames a little over the protocol's limit still arrive, to be refused with a
         # clear error; far bigger ones drop the connection before we allocate them.
         socket.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_FRAME_BYTES)
+        if zap_domain is not None:
+            socket.zap_domain = zap_domain.encode()  # every connection asks the ZAP handler
         if curve is not None:
             public, secret = curve
             socket.curve_server = True
@@ -574,6 +577,7 @@ class Server:
             "tools": self.coordinator.registry.names(),
             "max_tool_concurrency": self.coordinator.max_tool_concurrency,
             "max_tool_errors": self.coordinator.max_tool_errors,
+            "running_as_root": os.geteuid() == 0,
         }
         if self.pool is not None:
             pool = self.pool.statistics()

@@ -38,6 +38,7 @@ class Zygote:
         log_dir: Path,
         on_exit: Callable[[Exited], None],
         on_death: Callable[[], None],
+        env: dict[str, str] | None = None,
     ) -> None:
         self.tool_modules = list(tool_modules)
         self.log_dir = log_dir
@@ -47,6 +48,7 @@ class Zygote:
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[int]] = {}
         self._closing = False
+        self._env = env  # the workers' environment (None: this process's)
 
     @property
     def pid(self) -> int | None:
@@ -67,6 +69,7 @@ class Zygote:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log_fd,
+                env=self._env,
             )
         finally:
             os.close(log_fd)

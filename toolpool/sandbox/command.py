@@ -1,39 +1,251 @@
-"""Confining a command a tool starts (bash): bubblewrap, then Landlock and seccomp.
+"""Confining a command a tool starts (bash): bubblewrap, then the exec wrapper.
 
-    with confined(["bash", "-c", cmd], workspace=ws, network=False) as c:
-        subprocess.Popen(c.argv, pass_fds=c.pass_fds, start_new_session=True, ...)
+    with confined(["bash", "-c", cmd], workspace=ws, network=False) as box:
+        process = subprocess.Popen(box.argv, pass_fds=box.pass_fds, env=box.env, ...)
+        box.started()
+        ...
+        failure = box.failure(exit_code, output_head)  # the sandbox's own, or None
 
 Each layer is applied when the active profile has it:
-- bubblewrap: a read-only view of /, the workspace (and ``writable`` extras)
-  read-write, a private /tmp, its own PID namespace (ending bubblewrap ends every
-  process inside, setsid daemons included), no network unless allowed, dies with
-  its parent, and the command seccomp filter;
-- the exec wrapper (confine_exec.py): Landlock write rules (and TCP rules offline),
-  and the seccomp filter itself when bubblewrap is off.
+- bubblewrap: a new user namespace as our own uid (every capability set empty, no
+  further user namespaces), a read-only view of /, the roots (workspace and ``writable``)
+  read-write, a private /tmp (a tmpfs of ``tmp_bytes``) and /run, every hidden path
+  of the policy (runtime dir, deny_read) masked, the interpreter and toolpool bound
+  back wherever they are installed (X1); its own PID, IPC and UTS namespaces
+  (ending bubblewrap ends every process inside, setsid daemons included), its own
+  network namespace (empty offline, outbound-only online when the helper exists),
+  dies with its parent, and the command seccomp filter, read from a memfd;
+- without bubblewrap, the exec wrapper (confine_exec.py): every capability dropped,
+  Landlock write rules (and TCP rules offline) and the seccomp filter. Under
+  bubblewrap Landlock would add nothing that the read-only mounts and the empty
+  network namespace do not already do, and its Python start-up would double the cost
+  of a call, so it is not used there.
+
+The environment is the policy's allowlist (X9), never the worker's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
+import site
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolpool.sandbox import confine_exec, seccomp
+from toolpool.sandbox.policy import Policy, active_policy
 from toolpool.sandbox.profile import SandboxProfile, active_profile
 
 # Device files every shell writes to; Landlock needs a rule for each.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+PRIVATE_HOME = "/tmp/home"  # HOME inside the sandbox: on the private /tmp
+DEFAULT_TMP_BYTES = 256 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Confinement:
+    """How to start a confined command, and how to read what its sandbox said."""
+
     argv: list[str]
     pass_fds: tuple[int, ...]
     layers: tuple[str, ...]
+    env: dict[str, str]
+    _status_fd: int | None = None  # the exec wrapper's "every layer is on" pipe
+    _status: str | None = None
+    _fds: list[int] = field(default_factory=list)
+
+    def started(self) -> None:
+        """Call once the process is spawned: the parent's copies of the descriptors
+        it inherited are closed (so that bubblewrap's status pipe ends with it)."""
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+
+    def finish(self) -> None:
+        """Call once the process has ended: reads what the wrapper said (idempotent)."""
+        self.started()
+        if self._status_fd is not None:
+            self._status = _read_all(self._status_fd)
+            self._status_fd = None
+
+    def failure(self, exit_code: int, output_head: str) -> str | None:
+        """Why the sandbox itself failed to start the command, or None when the
+        command ran (its exit code is its own). Call after the process ended."""
+        self.finish()
+        if self._status is None or self._status == "1":
+            return None
+        lines = output_head.strip().splitlines()
+        if lines and lines[0].startswith("toolpool sandbox:"):
+            return _explain("the exec wrapper", lines[0])
+        mechanism = "bubblewrap" if "bwrap" in self.layers else "the exec wrapper"
+        return _explain(mechanism, lines[-1] if lines else f"exit status {exit_code}")
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _explain(mechanism: str, why: str) -> str:
+    return (
+        f"The sandbox could not start the command: {mechanism} failed ({why}). "
+        "Run `toolpool doctor` to see which confinement mechanism is broken here; "
+        "an operator can switch one off with sandbox_disabled = [...]."
+    )
+
+
+@functools.cache
+def interpreter_paths() -> tuple[str, ...]:
+    """What a command may need of our own install: the interpreter, its standard
+    library and site-packages, and toolpool itself, as real paths (X1)."""
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(sys.executable),
+        str(Path(confine_exec.__file__).resolve().parent.parent),  # the toolpool package
+        *site.getsitepackages(),
+    }
+    return tuple(sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}))
+
+
+@functools.lru_cache(maxsize=64)
+def _real(path: str) -> str:
+    """realpath, once per worker: the hidden paths are the operator's, not the model's."""
+    return os.path.realpath(path)
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _strictly_under(path: str, others: Sequence[str]) -> bool:
+    return any(path != o and _under(path, o) for o in others)
+
+
+def _masked(policy: Policy) -> list[str]:
+    """Paths replaced by an empty tmpfs (directories) or /dev/null (files), but none
+    inside another (what a mask covers is gone already)."""
+    masked = [p for p in policy.hidden if os.path.lexists(p)]
+    if policy.private_run:
+        masked += [p for p in ("/run", "/var/run") if os.path.isdir(p)]
+    masks = list(dict.fromkeys(_real(p) for p in masked))
+    return [m for m in masks if not _strictly_under(m, masks)]
+
+
+def bwrap_mounts(roots: Sequence[Path], policy: Policy, tmp_bytes: int) -> list[str]:
+    """bubblewrap's mount arguments. Order matters: masks of paths that contain a
+    root go first, then what must stay visible under a mask (the interpreter, the
+    resolver configuration), then the roots, then masks inside the roots."""
+    real_roots = [os.path.realpath(r) for r in roots]
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    args += ["--dir", PRIVATE_HOME]
+    masks = _masked(policy)
+    outer = [m for m in masks if not any(_under(m, r) for r in real_roots)]
+    inner = [m for m in masks if m not in outer and m not in real_roots]
+    directories = {m for m in masks if os.path.isdir(m)}
+    for mask in outer:
+        args += _mask(mask, mask in directories)
+    # Whatever a mask (or the private /tmp) covers but the command needs, back again.
+    covering = ["/tmp", *outer]
+    keep = [p for p in interpreter_paths() if any(_under(p, c) for c in covering)]
+    resolv = _real("/etc/resolv.conf")
+    if _strictly_under(resolv, covering) and os.path.exists(resolv):
+        keep.append(resolv)
+    for path in keep:
+        if not _strictly_under(path, keep):  # a bind brings what lies under it along
+            args += ["--ro-bind", path, path]
+    for root in real_roots:
+        args += ["--bind", root, root]
+    for mask in inner:
+        args += _mask(mask, mask in directories)
+    # Read-only only once everything under the masks is mounted.
+    return args + [a for m in [*outer, *inner] if m in directories for a in ("--remount-ro", m)]
+
+
+def _mask(path: str, directory: bool) -> list[str]:
+    """An empty directory, or a file that cannot be opened (/dev/null on a nodev
+    mount: "Permission denied")."""
+    if directory:
+        return ["--perms", "0755", "--tmpfs", path]
+    return ["--ro-bind", "/dev/null", path]
+
+
+def _bwrap(
+    argv: Sequence[str],
+    roots: Sequence[Path],
+    network: bool,
+    profile: SandboxProfile,
+    policy: Policy,
+    tmp_bytes: int | None,
+    box: Confinement,
+    pass_fds: list[int],
+) -> list[str]:
+    """bubblewrap's command line. The command runs in a new user namespace as our own
+    uid, so every capability set (bounding included) is empty and cannot be regained,
+    and it may make no user namespace of its own (X5); ``sh`` writes the ready byte
+    and execs it."""
+    outer = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid"]
+    outer += ["--unshare-ipc", "--unshare-uts", "--unshare-user"]
+    outer += ["--uid", str(os.getuid()), "--gid", str(os.getgid()), "--disable-userns"]
+    outer += ["--cap-drop", "ALL"]
+    outer += bwrap_mounts(roots, policy, tmp_bytes or DEFAULT_TMP_BYTES)
+    if not network:
+        outer.append("--unshare-net")
+    if profile.active("seccomp"):
+        fd = seccomp.bpf_fd("command")
+        box._fds.append(fd)
+        pass_fds.append(fd)
+        outer += ["--seccomp", str(fd)]
+    ready = f'printf 1 >/proc/self/fd/{pass_fds[0]} && exec "$@"'
+    start = ["/bin/sh", "-c", ready, "toolpool-sandbox", *argv]
+    return [*outer, "--chdir", str(roots[0]), "--", *start]
+
+
+def _wrapper(
+    argv: Sequence[str],
+    roots: Sequence[Path],
+    network: bool,
+    profile: SandboxProfile,
+    box: Confinement,
+    pass_fds: list[int],
+) -> tuple[list[str], list[str]]:
+    """Without bubblewrap, the exec wrapper does what it can: capabilities dropped,
+    Landlock write (and TCP) rules, the seccomp filter."""
+    wrapper = ["--ready-fd", str(pass_fds[0])]
+    layers = []
+    if os.geteuid() == 0:
+        wrapper.append("--drop-caps")
+        layers.append("no capabilities")
+    if profile.active("landlock"):
+        for root in [*roots, Path("/tmp")]:  # /tmp is shared here, but needed
+            wrapper += ["--rw", str(root)]
+        wrapper += [arg for d in _DEVICES if os.path.exists(d) for arg in ("--rw", d)]
+        if not network:
+            wrapper.append("--no-network")
+        layers.append("landlock")
+    if profile.active("seccomp"):
+        fd = seccomp.bpf_fd("command")
+        box._fds.append(fd)
+        pass_fds.append(fd)
+        wrapper += ["--seccomp", f"/proc/self/fd/{fd}"]
+        layers.append("seccomp")
+    command = [sys.executable, "-I", "-S", confine_exec.__file__, *wrapper, "--", *argv]
+    return command, layers
 
 
 @contextlib.contextmanager
@@ -44,45 +256,114 @@ def confined(
     writable: Sequence[Path] = (),
     network: bool = False,
     profile: SandboxProfile | None = None,
+    policy: Policy | None = None,
+    tmp_bytes: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Confinement]:
-    """The argv that runs ``argv`` confined, and the descriptors it must inherit;
-    they are closed when the block ends (start the process inside it)."""
+    """The argv that runs ``argv`` confined, its environment and the descriptors it
+    must inherit; they are closed when the block ends (start the process inside it
+    and call ``started()``)."""
     profile = profile or active_profile()
+    policy = policy or active_policy()
     roots = [workspace, *writable]
     use_bwrap = profile.active("bwrap")
     layers: list[str] = []
-    fds: list[int] = []
+    box = Confinement([], (), (), {})
+    box.env = policy.environment({"HOME": PRIVATE_HOME if use_bwrap else str(workspace)})
+    box.env.update(env or {})
+    nothing = not use_bwrap and not any(profile.active(m) for m in ("landlock", "seccomp"))
+    if nothing and os.geteuid() != 0:
+        # No layer would apply (and no capability to drop): the command as it is.
+        box.argv, box.layers = list(argv), ()
+        yield box
+        return
     try:
-        wrapper: list[str] = []
-        if profile.active("landlock"):
-            # Inside bubblewrap /tmp is private; without it /tmp is shared but needed.
-            for root in [*roots, Path("/tmp")]:
-                wrapper += ["--rw", str(root)]
-            wrapper += [arg for d in _DEVICES if os.path.exists(d) for arg in ("--rw", d)]
-            if not network:
-                wrapper.append("--no-network")
-            layers.append("landlock")
-        if profile.active("seccomp") and not use_bwrap:
-            wrapper += ["--seccomp", str(seccomp.bpf_file("command"))]
-            layers.append("seccomp")
-        command = list(argv)
-        if wrapper:
-            command = [sys.executable, "-I", "-S", confine_exec.__file__, *wrapper, "--", *command]
+        pass_fds: list[int] = []
+        # Whoever starts the command says when every layer is in place; no word means
+        # the sandbox failed before the command started (sandbox_failed, X1).
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        box._status_fd = ready_r
+        box._fds.append(ready_w)
+        pass_fds.append(ready_w)
         if use_bwrap:
-            outer = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid"]
-            outer += ["--unshare-ipc", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-            outer += ["--tmpfs", "/tmp"]
-            for root in roots:
-                outer += ["--bind", str(root), str(root)]
-            if not network:
-                outer.append("--unshare-net")
+            command = _bwrap(argv, roots, network, profile, policy, tmp_bytes, box, pass_fds)
+            layers += ["bwrap", "user namespace, no capabilities"]
             if profile.active("seccomp"):
-                fds.append(os.open(seccomp.bpf_file("command"), os.O_RDONLY))
-                outer += ["--seccomp", str(fds[-1])]
                 layers.append("seccomp")
-            command = [*outer, "--chdir", str(workspace), "--", *command]
-            layers.insert(0, "bwrap")
-        yield Confinement(command, tuple(fds), tuple(layers))
+        else:
+            command, layers = _wrapper(argv, roots, network, profile, box, pass_fds)
+        box.argv = command
+        box.pass_fds = tuple(pass_fds)
+        box.layers = tuple(layers)
+        yield box
+    except BaseException:
+        box.finish()
+        raise
     finally:
-        for fd in fds:
-            os.close(fd)
+        box.started()
+
+
+# A command that reports what a confined process sees: its capabilities, whether the
+# private /tmp and /run are in place, and whether it can write outside the workspace.
+_SELF_CHECK = r"""
+caps=$(grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u | tr '\n' ' ')
+echo "caps=$caps"
+echo "tmp=$(ls -A /tmp | tr '\n' ' ')"
+touch /toolpool-doctor-probe 2>/dev/null && echo "root=writable" || echo "root=readonly"
+echo ok > probe && echo "workspace=writable"
+"""
+
+
+def self_check(
+    profile: SandboxProfile | None = None, policy: Policy | None = None
+) -> tuple[bool, str]:
+    """Run one real confined command and say whether it ran confined (X1): the
+    ``doctor`` and the daemon's start-up check. (ok, what it saw or why it failed)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolpool-doctor-") as directory:
+        workspace = Path(directory)
+        with confined(
+            ["sh", "-c", _SELF_CHECK], workspace=workspace, profile=profile, policy=policy
+        ) as box:
+            try:
+                process = subprocess.Popen(
+                    box.argv,
+                    cwd=workspace,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=box.pass_fds,
+                    env=box.env,
+                )
+            except OSError as exc:
+                return False, f"cannot start {box.argv[0]}: {exc}"
+            box.started()
+            try:
+                out, _ = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                return False, "the confined command did not finish within 30 s"
+        text = out.decode(errors="replace")
+        failure = box.failure(process.returncode, text)
+        if failure is not None:
+            return False, failure
+        seen = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        layers = ", ".join(box.layers) or "no layer"
+        problems = []
+        if seen.get("workspace") != "writable":
+            problems.append("the workspace was not writable")
+        confined_writes = "bwrap" in box.layers or "landlock" in box.layers
+        if confined_writes and seen.get("root") != "readonly":
+            problems.append("a path outside the workspace was writable")
+        if seen.get("caps", "").split() != ["0000000000000000"] and (
+            "bwrap" in box.layers or "no capabilities" in box.layers
+        ):
+            problems.append(f"capabilities left: {seen.get('caps', '?').strip()}")
+        if process.returncode != 0:
+            problems.append(f"it exited with status {process.returncode}: {text.strip()[-200:]}")
+        if problems:
+            return False, "; ".join(problems)
+        return True, f"a confined command ran ({layers})"

@@ -114,3 +114,23 @@ def reap_children() -> list[tuple[int, int]]:
         if pid == 0:
             return reaped
         reaped.append((pid, status))
+
+
+def lineage_includes(pid: int, ancestors: set[int], cgroup_marker: str | None = None) -> bool:
+    """Whether ``pid`` descends from one of ``ancestors`` or lives in a cgroup whose
+    path holds ``cgroup_marker`` (a process that double-forked away from its parents
+    stays in its cgroup). A process that cannot be looked at counts as included."""
+    import psutil
+
+    if cgroup_marker is not None:
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                if cgroup_marker in f.read():
+                    return True
+        except OSError:
+            return True
+    try:
+        process = psutil.Process(pid)
+        return pid in ancestors or any(p.pid in ancestors for p in process.parents())
+    except psutil.Error:
+        return True

@@ -131,7 +131,7 @@ def _probe_seccomp() -> tuple[bool, str]:
     why = seccomp.available()
     if why is not None:
         return False, why
-    seccomp.bpf_file("command")
+    seccomp.bpf_program("command")
     return True, f"{len(seccomp.WORKER_DENIED)} system calls denied to workers"
 
 

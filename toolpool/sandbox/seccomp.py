@@ -2,10 +2,17 @@
 
 Two filters, one stricter than the other:
 - ``worker``: system calls no tool has a reason to make (ptrace, kernel modules,
-  kexec, bpf, perf, keyrings, swap, reboot, clock setting…) fail with EPERM;
-- ``command``: the same plus the ones that change the filesystem view or the
-  namespaces (mount, pivot_root, unshare, setns, chroot), for the commands tools
-  start. The worker keeps those because bubblewrap needs them to build its sandbox.
+  kexec, bpf, perf, keyrings, swap, reboot, clock and host name setting, the new
+  mount API…) fail with EPERM;
+- ``command`` (X5): the same plus everything that changes the filesystem view or the
+  namespaces (mount, umount2, pivot_root, chroot, unshare, setns, and clone with
+  CLONE_NEWUSER), for the commands tools start; ``clone3``, whose flags live in
+  memory seccomp cannot read, answers ENOSYS so that libc falls back to clone. The
+  worker keeps mount, umount2, pivot_root and namespaced clone because bubblewrap,
+  which it starts, needs them to build the command's sandbox.
+
+Programs reach bubblewrap and the exec wrapper as memfds (``bpf_fd``), never as
+files (X8).
 """
 
 from __future__ import annotations
@@ -13,8 +20,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import tempfile
-from pathlib import Path
+from typing import Any
 
 WORKER_DENIED = (
     "ptrace",
@@ -45,6 +51,16 @@ WORKER_DENIED = (
     "userfaultfd",
     "open_by_handle_at",
     "lookup_dcookie",
+    "sethostname",
+    "setdomainname",
+    # The new mount API: bubblewrap 0.8 does not use it, nothing else needs it.
+    "mount_setattr",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
 )
 COMMAND_DENIED = (
     *WORKER_DENIED,
@@ -54,11 +70,8 @@ COMMAND_DENIED = (
     "chroot",
     "unshare",
     "setns",
-    "fsopen",
-    "fsmount",
-    "move_mount",
-    "open_tree",
 )
+CLONE_NEWUSER = 0x10000000
 
 
 def available() -> str | None:
@@ -70,29 +83,49 @@ def available() -> str | None:
     return None
 
 
-def _build(kind: str) -> object:
+def _build(kind: str) -> Any:
     import pyseccomp
 
     flt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    for name in WORKER_DENIED if kind == "worker" else COMMAND_DENIED:
+    rules: list[tuple[Any, str, tuple[Any, ...]]] = [
+        (pyseccomp.ERRNO(errno.EPERM), name, ())
+        for name in (WORKER_DENIED if kind == "worker" else COMMAND_DENIED)
+    ]
+    if kind == "command":
+        newuser = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
+        rules.append((pyseccomp.ERRNO(errno.EPERM), "clone", (newuser,)))
+        rules.append((pyseccomp.ERRNO(errno.ENOSYS), "clone3", ()))
+    for action, name, args in rules:
         try:
-            flt.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+            flt.add_rule(action, name, *args)
         except Exception:
             continue  # a system call this architecture or libseccomp does not know
     return flt
 
 
 @functools.cache
-def bpf_file(kind: str) -> Path:
-    """The BPF program of filter ``kind`` ("worker" or "command"), compiled once per
-    process into a private temporary file (bubblewrap and the exec wrapper load it)."""
-    flt = _build(kind)
-    fd, name = tempfile.mkstemp(prefix=f"toolpool-seccomp-{kind}-", suffix=".bpf")
-    with os.fdopen(fd, "wb") as f:
-        flt.export_bpf(f)  # type: ignore[attr-defined]
-    return Path(name)
+def bpf_program(kind: str) -> bytes:
+    """The BPF program of filter ``kind`` ("worker" or "command"), compiled once."""
+    fd = os.memfd_create(f"toolpool-seccomp-{kind}", os.MFD_CLOEXEC)
+    with os.fdopen(fd, "w+b") as f:
+        _build(kind).export_bpf(f)
+        f.seek(0)
+        return f.read()
+
+
+def bpf_fd(kind: str) -> int:
+    """A new memfd holding the program of filter ``kind``, at offset 0, for one
+    reader (bubblewrap reads it to the end). Not inheritable: pass it explicitly."""
+    fd = os.memfd_create(f"toolpool-seccomp-{kind}", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, bpf_program(kind))
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def load_in_this_process(kind: str) -> None:
     """Apply filter ``kind`` to this process and every process it starts."""
-    _build(kind).load()  # type: ignore[attr-defined]
+    _build(kind).load()

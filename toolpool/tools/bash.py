@@ -4,7 +4,8 @@ The command runs as ``bash -c`` in its own process group, stdin from /dev/null, 
 the sandbox the machine offers (toolpool.sandbox.command: bubblewrap, Landlock,
 seccomp). Output streams as progress while it runs; the model gets at most
 ``MAX_OUTPUT_CHARS`` (head and tail, with a marker) and the whole output stays in a
-spill file in the session's scratch directory. On timeout or cancel the whole
+spill file in the session's scratch directory, up to the call's ``spill_bytes``
+limit (then a truncation note; SPEC X8). On timeout or cancel the whole
 process tree is ended — SIGTERM, a grace period, SIGKILL — children that called
 setsid or nohup included. A background process that keeps the output pipe open
 does not hold the call: once the shell exits, the pipe is drained for a bounded time.
@@ -24,7 +25,14 @@ from typing import Any
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.sandbox.command import confined
-from toolpool.sandbox.terminate import ProcessGroup, ProcessTree, Together, terminate
+from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.terminate import (
+    ProcessGroup,
+    ProcessSet,
+    ProcessTree,
+    Together,
+    terminate,
+)
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
 
 DEFAULT_TIMEOUT = 120
@@ -63,12 +71,18 @@ record that edit and write need.
 
 
 class _Output:
-    """The command's output as it arrives: all of it to the spill file, the head and
-    tail kept for the model, fresh text streamed as progress now and then."""
+    """The command's output as it arrives: to the spill file up to ``spill_limit``
+    bytes (then a truncation note), the head and tail kept for the model, fresh text
+    streamed as progress now and then."""
 
-    def __init__(self, spill: Path, ctx: ToolContext) -> None:
+    def __init__(self, spill: Path, ctx: ToolContext, spill_limit: int) -> None:
         self.spill_path = spill
-        self._spill = spill.open("w", encoding="utf-8", errors="replace")
+        # Only the daemon's user may read it: another user must not see what ran (X8).
+        fd = os.open(spill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self._spill = os.fdopen(fd, "wb")
+        self._spill_limit = spill_limit
+        self.spilled = 0  # bytes in the spill file, the note aside
+        self.spill_truncated = False
         self._ctx = ctx
         self._head: list[str] = []
         self._head_chars = 0
@@ -76,6 +90,7 @@ class _Output:
         self._tail_chars = 0
         self.total_chars = 0
         self._unsent: list[str] = []
+        self._unsent_chars = 0
         self._streamed = 0
         self._last_sent = time.monotonic()
         self._lock = threading.Lock()
@@ -84,8 +99,12 @@ class _Output:
         if not text:
             return
         with self._lock:
-            self._unsent.append(text)
-            self._spill.write(text)
+            if self._streamed + self._unsent_chars <= STREAM_LIMIT:
+                # Past the streaming limit nothing more is kept to stream: a fast
+                # writer must not pile up in memory between two reports.
+                self._unsent.append(text)
+                self._unsent_chars += len(text)
+            self._write_spill(text)
             self.total_chars += len(text)
             half = MAX_OUTPUT_CHARS // 2
             if self._head_chars < half:
@@ -100,6 +119,20 @@ class _Output:
                     self._tail_chars -= len(self._tail.popleft())
         self.stream()
 
+    def _write_spill(self, text: str) -> None:
+        if self.spill_truncated:
+            return
+        data = text.encode("utf-8", errors="replace")
+        room = self._spill_limit - self.spilled
+        if len(data) > room:
+            data = data[:room]
+            self.spill_truncated = True
+        self._spill.write(data)
+        self.spilled += len(data)
+        if self.spill_truncated:
+            note = f"\n[output truncated at {self._spill_limit} bytes: spill_bytes]\n"
+            self._spill.write(note.encode())
+
     def stream(self, final: bool = False) -> None:
         """Send what arrived since the last report, at most every STREAM_INTERVAL."""
         with self._lock:
@@ -108,6 +141,7 @@ class _Output:
                 return
             chunk = "".join(self._unsent)
             self._unsent.clear()
+            self._unsent_chars = 0
             self._last_sent = now
             if self._streamed >= STREAM_LIMIT:
                 return
@@ -216,14 +250,17 @@ class Bash:
         if ctx.scratch_dir is None:
             raise ToolError("This session has no scratch directory for the command's output.")
         spill_dir = ctx.scratch_dir / "bash"
-        spill_dir.mkdir(parents=True, exist_ok=True)
-        output = _Output(spill_dir / f"{ctx.call_id}.log", ctx)
-        env = {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+        spill_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        limits = ctx.limits or Limits()
+        output = _Output(spill_dir / f"{ctx.call_id}.log", ctx, limits.spill_bytes)
+        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
         with confined(
             ["bash", "-c", command],
             workspace=ctx.workspace,
             writable=ctx.extra_roots,
             network=ctx.allow_network,
+            tmp_bytes=limits.tmp_bytes,
+            env=env,
         ) as box:
             process = subprocess.Popen(
                 box.argv,
@@ -233,15 +270,20 @@ class Bash:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 pass_fds=box.pass_fds,
-                env=env,
+                env=box.env,
             )
+            box.started()
         assert process.stdout is not None
         stop = threading.Event()
         reader = threading.Thread(
             target=_read_output, args=(process.stdout.fileno(), output, stop), daemon=True
         )
         reader.start()
-        group = Together(ProcessGroup(process.pid), ProcessTree(process.pid))
+        # In bubblewrap's PID namespace nothing outlives bubblewrap: its tree is all
+        # there is (a /proc scan for the process group would cost ~2 ms per call).
+        group: ProcessSet = ProcessTree(process.pid)
+        if "bwrap" not in box.layers:
+            group = Together(ProcessGroup(process.pid), group)
         started = time.monotonic()
         timed_out = False
         try:
@@ -262,12 +304,21 @@ class Bash:
             reader.join()
             process.stdout.close()
             output.close()
+            box.finish()
         text, cut = output.text()
+        sandbox_failure = box.failure(exit_code, text[:4096])
+        if sandbox_failure is not None:
+            raise ToolError(sandbox_failure, code="sandbox_failed", details={"output": text[:4096]})
         lines = [text.rstrip("\n")] if text.strip() else ["(no output)"]
         if timed_out:
             lines.append(f"Command timed out after {timeout:g} s and was stopped.")
         lines.append(f"Exit code: {exit_code}")
-        if cut:
+        if output.spill_truncated:
+            lines.append(
+                f"Output ({output.total_chars} characters) saved to {output.spill_path}, "
+                f"truncated at {limits.spill_bytes} bytes (the spill_bytes limit)."
+            )
+        elif cut:
             lines.append(f"Full output ({output.total_chars} characters): {output.spill_path}")
         if timed_out:
             raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
@@ -277,17 +328,22 @@ class Bash:
     def _wait(process: subprocess.Popen[bytes], ctx: ToolContext, deadline: float) -> int | None:
         """The exit code, or None at the deadline. Raises Cancelled when the call is
         cancelled (the worker raises it by signal; in-process we look at the token)."""
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            try:
-                return process.wait(min(remaining, 0.05))
-            except subprocess.TimeoutExpired:
+        # A pidfd wakes us the moment the process exits; Popen.wait(timeout) polls
+        # with sleeps of up to 50 ms, which a short command would pay in full.
+        pidfd = os.pidfd_open(process.pid)
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                if select.select([pidfd], [], [], min(remaining, 0.05))[0]:
+                    return process.wait()
                 if ctx.cancelled:
                     source = ctx.cancel_token.source
                     assert source is not None
                     raise Cancelled(source) from None
+        finally:
+            os.close(pidfd)
 
 
 bash = Bash()

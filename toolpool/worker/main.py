@@ -19,6 +19,7 @@ from toolpool.protocol import Execute, Result, Shutdown
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux, seccomp
 from toolpool.sandbox.limits import Limits, apply_process_limits
+from toolpool.sandbox.policy import Policy, set_active_policy
 from toolpool.sandbox.profile import SandboxProfile, set_active_profile
 from toolpool.worker.channel import Channel
 from toolpool.worker.runner import Runner
@@ -37,6 +38,7 @@ class WorkerConfig:
     heartbeat_interval: float = 0.5
     limits: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
     cgroup_procs: tuple[str, ...] = ()
     offline: bool = False  # unshare the network namespace
     limit_address_space: bool = True  # no memory cgroup: RLIMIT_AS bounds each call
@@ -60,6 +62,7 @@ def confine(config: WorkerConfig) -> SandboxProfile:
     """Apply the worker's own confinement, strongest first; return the profile."""
     profile = SandboxProfile.from_dict(config.profile)
     set_active_profile(profile)
+    set_active_policy(Policy.from_dict(config.policy) if config.policy else Policy.default())
     for procs in config.cgroup_procs:
         Path(procs).write_text(str(os.getpid()))
     if config.offline:
@@ -77,7 +80,12 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the coordinator
     confine(config)
     channel = Channel(config.endpoint, config.worker_id, config.heartbeat_interval)
-    runner = Runner(registry, channel, limit_address_space=config.limit_address_space)
+    runner = Runner(
+        registry,
+        channel,
+        limit_address_space=config.limit_address_space,
+        cgroup_procs=config.cgroup_procs,
+    )
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idle: SIGTERM only cancels calls
     channel.start()
     try:

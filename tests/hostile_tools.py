@@ -1,0 +1,35 @@
+"""Tools whose ``execute`` tries to get out, for the confinement tests (loaded by
+module path into real workers: "tests.hostile_tools"). Each reports what it managed."""
+
+from __future__ import annotations
+
+import os
+
+from toolpool import tool
+
+
+@tool
+def reach_daemon(socket_path: str) -> str:
+    """Try to speak to a daemon socket as a client would.
+
+    Args:
+        socket_path: The path of the daemon's socket.
+    """
+    from toolpool.client import Client, ClientError
+
+    try:
+        with Client(f"ipc://{socket_path}", connect_timeout=3.0, timeout=3.0) as client:
+            status = client.status()
+    except (ClientError, OSError) as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+    return f"answered: daemon pid {status['pid']}"
+
+
+@tool(read_only=True)
+def environment_value(name: str) -> str:
+    """The value of an environment variable in the worker.
+
+    Args:
+        name: The variable's name.
+    """
+    return os.environ.get(name, "<unset>")
