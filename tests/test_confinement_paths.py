@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
 from toolpool.tools import FILE_TOOLS, read_tool, write_tool
 from toolpool.tools.paths import Access, open_beneath, open_path, resolve
-from toolpool.tools.ripgrep import ripgrep_argv
+from toolpool.tools.ripgrep import run_ripgrep
 
 from .tool_support import read_whole, text, tool_context
 
@@ -349,11 +348,18 @@ def test_ripgrep_under_landlock_cannot_read_outside(workspace: Path, outside: Pa
         pytest.skip("Landlock is off: rg runs unconfined")
     (workspace / "a.txt").write_text("secret inside\n")
     ctx = tool_context(workspace)
-    argv = ripgrep_argv(["--", "secret", ".", str(outside)], workspace.resolve(), ctx)
-    done = subprocess.run(argv, cwd=workspace, capture_output=True, text=True, check=False)
-    assert "secret inside" in done.stdout
-    assert "top secret" not in done.stdout
-    assert "Permission denied" in done.stderr
+    lines: list[str] = []
+    ended = run_ripgrep(
+        ["--", "secret", ".", str(outside)],
+        workspace.resolve(),
+        ctx,
+        lambda line: lines.append(line) is None,
+    )
+    assert any("secret inside" in line for line in lines)
+    assert not any("top secret" in line for line in lines)
+    assert "Permission denied" in ended.stderr
+    # And the worker that started rg is not itself restricted.
+    assert (outside / "secret.txt").read_text()
 
 
 # -- hidden paths (X9) ---------------------------------------------------------------

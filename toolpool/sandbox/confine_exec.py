@@ -73,12 +73,15 @@ def landlock_abi() -> int:
     return max(int(abi), 0)
 
 
-def _restrict_landlock(
+def landlock_ruleset(
     writable: list[str], no_network: bool, readable: list[str] | None = None
-) -> None:
+) -> int:
+    """A Landlock ruleset fd: writes only beneath ``writable`` (files there may be
+    written, not made), with ``readable`` also reads only beneath those and
+    ``writable``, and no TCP with ``no_network`` (ABI >= 4). Raises OSError."""
     abi = landlock_abi()
     if abi < 1:
-        _fail("Landlock is not available")
+        raise OSError(errno.EOPNOTSUPP, "Landlock is not available")
     fs = 0
     for version, bits in _FS_WRITE.items():
         if abi >= version:
@@ -89,26 +92,53 @@ def _restrict_landlock(
     attr = struct.pack("QQ", fs, net) if abi >= 4 else struct.pack("Q", fs)
     ruleset = _libc.syscall(_SYS_CREATE_RULESET, attr, len(attr), 0)
     if ruleset < 0:
-        _fail("landlock_create_ruleset")
-    for path in writable:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        # A rule on a file (/dev/null…) may only grant the rights files have.
-        allowed = fs if os.path.isdir(path) else fs & (_FILE_RIGHTS | _FILE_READ)
+        _raise("landlock_create_ruleset")
+    try:
+        for path in writable:
+            # A rule on a file (/dev/null…) may only grant the rights files have.
+            file_rights = fs & (_FILE_RIGHTS | _FILE_READ)
+            _add_rule(ruleset, path, fs if os.path.isdir(path) else file_rights)
+        for path in readable or ():
+            _add_rule(ruleset, path, _FS_READ if os.path.isdir(path) else _FILE_READ)
+    except BaseException:
+        os.close(ruleset)
+        raise
+    return int(ruleset)
+
+
+def _add_rule(ruleset: int, path: str, allowed: int) -> None:
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
         rule = struct.pack("=Qi", allowed, fd)  # landlock_path_beneath_attr is packed
         if _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0) < 0:
-            _fail(f"landlock_add_rule {path}")
+            _raise(f"landlock_add_rule {path}")
+    finally:
         os.close(fd)
-    for path in readable or ():
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        allowed = _FS_READ if os.path.isdir(path) else _FILE_READ
-        rule = struct.pack("=Qi", allowed, fd)
-        if _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0) < 0:
-            _fail(f"landlock_add_rule {path}")
-        os.close(fd)
+
+
+def restrict_thread(ruleset: int) -> None:
+    """Put the calling thread (and what it forks from now on) under ``ruleset``, for
+    good; other threads of the process are not affected. Raises OSError."""
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        _fail("no_new_privs")
+        _raise("no_new_privs")
     if _libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
-        _fail("landlock_restrict_self")
+        _raise("landlock_restrict_self")
+
+
+def _raise(what: str) -> None:
+    err = ctypes.get_errno()
+    raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _restrict_landlock(
+    writable: list[str], no_network: bool, readable: list[str] | None = None
+) -> None:
+    try:
+        ruleset = landlock_ruleset(writable, no_network, readable)
+        restrict_thread(ruleset)
+    except OSError as exc:
+        sys.stderr.write(f"toolpool sandbox: Landlock: {exc.strerror or exc}\n")
+        sys.exit(126)
     os.close(ruleset)
 
 

@@ -7,8 +7,8 @@ matter) but the ``.git`` directory is not; a user's ``~/.ripgreprc`` is not read
 the output is the same on every machine.
 
 rg walks the tree by name, so a directory swapped for a symlink mid-walk could lead it
-outside (SPEC X4). When the sandbox profile has Landlock, rg therefore runs under the
-exec wrapper (``confine_exec.py --ro …``) with Landlock read rules: it may read only
+outside (X4). When the sandbox profile has Landlock, rg therefore starts from a thread
+restricted by Landlock read rules (toolpool.sandbox.landlock): it may read only
 beneath the session's roots (workspace, extra roots, scratch dir), the ignore files in
 the directories above them, and what rg itself needs (its binary, the loader and its
 shared libraries, ``/etc/ld.so.cache``, ``/proc/self``), and write nothing. It
@@ -31,14 +31,13 @@ import re
 import selectors
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.errors import ToolError
-from toolpool.sandbox import confine_exec
+from toolpool.sandbox.landlock import start_restricted
 from toolpool.sandbox.policy import active_policy
 from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
@@ -142,16 +141,18 @@ def ripgrep_argv(args: Sequence[str], cwd: Path, ctx: ToolContext) -> list[str]:
     args = list(args)
     cut = args.index("--") if "--" in args else len(args)
     args[cut:cut] = hidden_globs(cwd, roots)
-    command = [rg, *RIPGREP_DEFAULTS, *args]
+    return [rg, *RIPGREP_DEFAULTS, *args]
+
+
+def ripgrep_readable(ctx: ToolContext) -> list[str] | None:
+    """What rg may read under Landlock (the roots, the ignore files above them, what
+    rg itself needs), or None when the profile has no Landlock. Nothing is writable:
+    with reads handled, Landlock leaves rg no file to write either."""
     if not active_profile().active("landlock"):
-        # No Landlock: rg reads by name, unconfined, as before (see the docstring).
-        return command
-    wrapper: list[str] = []
+        return None  # rg reads by name, unconfined, as before (see the docstring)
+    roots = allowed_roots(ctx, Access.READ)
     readable = [str(r) for r in roots if r.is_dir()]
-    for path in [*readable, *_ignore_files_above(roots), *ripgrep_needs(rg)]:
-        wrapper += ["--ro", path]
-    # No --rw: with reads handled, Landlock leaves rg no file to write either.
-    return [sys.executable, "-I", "-S", confine_exec.__file__, *wrapper, "--", *command]
+    return [*readable, *_ignore_files_above(roots), *ripgrep_needs(ripgrep_executable())]
 
 
 def run_ripgrep(
@@ -165,13 +166,27 @@ def run_ripgrep(
     """Run ``rg RIPGREP_DEFAULTS + args`` in ``cwd`` and pass each output line to
     ``on_line`` as it comes; ``on_line`` answers False to stop early. With
     ``cwd_fd`` (an fd of ``cwd``), rg starts in that directory through the fd."""
-    with subprocess.Popen(
-        ripgrep_argv(args, cwd, ctx),
-        cwd=cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}",
-        stdin=subprocess.DEVNULL,  # with no path given, rg must not search stdin
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as proc:  # leaving the block closes the pipes and reaps rg
+    argv = ripgrep_argv(args, cwd, ctx)
+    # Opened here: the restricted thread that starts rg may not open /dev/null.
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}",
+            stdin=devnull,  # with no path given, rg must not search stdin
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    readable = ripgrep_readable(ctx)
+    try:
+        process = start() if readable is None else start_restricted(start, readable=readable)
+    except OSError as exc:
+        raise ToolError(f"ripgrep could not be started confined: {exc}") from exc
+    finally:
+        os.close(devnull)
+    with process as proc:  # leaving the block closes the pipes and reaps rg
         try:
             return _pump(proc, ctx, on_line)
         finally:
