@@ -33,3 +33,35 @@ def environment_value(name: str) -> str:
         name: The variable's name.
     """
     return os.environ.get(name, "<unset>")
+
+
+@tool
+def join_pool(endpoint: str) -> str:
+    """Connect to the workers' socket as a worker would, and say whether the pool
+    let the connection through.
+
+    Args:
+        endpoint: The pool's ZeroMQ endpoint (ipc://…/workers.sock).
+    """
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.ROUTING_ID, b"w999")
+    monitor = socket.get_monitor_socket()
+    try:
+        socket.connect(endpoint)
+        while monitor.poll(5000):
+            event = recv_monitor_message(monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                return "accepted"
+            if event in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+                return "refused"
+        return "no answer"
+    finally:
+        socket.disable_monitor()
+        monitor.close()
+        socket.close()
+        context.term()

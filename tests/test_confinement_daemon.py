@@ -80,6 +80,21 @@ def test_X2_no_control_socket_inside_wherever_the_runtime_dir_lives(
     assert tool.text.startswith("refused"), tool.text
 
 
+@pytest.mark.spec("X2")
+def test_X2_a_python_tool_cannot_pose_as_a_worker(tmp_path: Path, workspace: Path) -> None:
+    with running_daemon(tmp_path, *HOSTILE) as daemon:
+        endpoint = f"ipc://{daemon.runtime}/workers-{daemon.pid}/workers.sock"
+        with (
+            Client(runtime_dir=daemon.runtime, timeout=30) as client,
+            client.session(workspace) as session,
+        ):
+            joined, after = session.submit(
+                [_call("join_pool", endpoint=endpoint), _call("bash", command="echo still")]
+            ).results()
+    assert joined.text == "refused", joined.text
+    assert after.text.startswith("still")  # and the pool goes on
+
+
 @pytest.mark.spec("X9")
 def test_X9_the_daemons_environment_reaches_neither_commands_nor_tools(
     tmp_path: Path, workspace: Path

@@ -505,19 +505,32 @@ async def test_D2_garbage_on_the_worker_socket_is_logged_and_survived(
     make_pool: PoolFactory, workspace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pool = await make_pool()
-    context = zmq.Context()
-    rogue = context.socket(zmq.DEALER)
-    rogue.setsockopt(zmq.LINGER, 0)
-    rogue.connect(pool.endpoint)
-    rogue.send(b"\xc1 not msgpack")
-    rogue.send_multipart([b"two", b"frames"])
-    rogue.send(b"\x81\xa1t\xa7execute")  # a map, but not a valid message
-    await until(lambda: caplog.text.count("dropped a") == 3)
-    rogue.close()
-    context.term()
+    # A frame that reaches the pool from a worker but is garbage is dropped, logged.
+    (worker_id,) = pool.worker_pids()
+    pool._on_frames([worker_id.encode(), b"\xc1 not msgpack"])
+    pool._on_frames([b"two", b"frames", b"three"])
+    pool._on_frames([worker_id.encode(), b"\x81\xa1t\xa7execute"])  # a map, not a message
     assert "dropped a message of 3 frames" in caplog.text
     assert "not a msgpack frame" in caplog.text
     assert "bad execute message" in caplog.text
+    assert (await call(coordinator_on(pool), workspace, "noop")).text == "ok"
+
+
+@pytest.mark.spec("X2")
+async def test_X2_a_process_that_is_no_worker_cannot_connect_to_the_pool(
+    make_pool: PoolFactory, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = await make_pool()
+    context = zmq.Context()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.setsockopt(zmq.ROUTING_ID, b"w99")  # posing as a worker yet to come
+    rogue.connect(pool.endpoint)
+    rogue.send(b"\x81\xa1t\xa5ready")
+    await until(lambda: "refused a local connection" in caplog.text)
+    rogue.close()
+    context.term()
+    assert "dropped a" not in caplog.text  # nothing it sent reached the pool
     assert (await call(coordinator_on(pool), workspace, "noop")).text == "ok"
 
 

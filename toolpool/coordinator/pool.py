@@ -37,9 +37,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import psutil
 import zmq
 
 from toolpool.cancel import CancelToken
+from toolpool.coordinator.peers import LOCAL_DOMAIN, PeerGuard
 from toolpool.coordinator.zygote import Zygote, ZygoteError
 from toolpool.errors import ToolpoolError
 from toolpool.protocol import (
@@ -215,6 +217,8 @@ class WorkerPool:
         self._open = False
         self.endpoint = ""
         self._policy = self.config.policy
+        self._guard: PeerGuard | None = None
+        self._connected: set[int] = set()  # worker pids that have connected
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -242,7 +246,15 @@ class WorkerPool:
             self.config.policy, hidden=(*self.config.policy.hidden, str(self._runtime_dir))
         )
         self._context = zmq.Context()
+        # Only a worker, and only once, may connect: a Python tool that opens a
+        # second connection cannot pose as a worker that has not yet connected and
+        # be handed other sessions' calls (X2).
+        self._guard = PeerGuard(
+            self._context, lambda pid: not self._admits(pid), "a process that is no new worker"
+        )
+        self._guard.start()
         router = self._context.socket(zmq.ROUTER)
+        router.zap_domain = LOCAL_DOMAIN.encode()
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -296,6 +308,9 @@ class WorkerPool:
         if self._router is not None:
             self._router.close()
             self._router = None
+        if self._guard is not None:
+            self._guard.stop()  # before the context ends: it holds a socket in it
+            self._guard = None
         if self._context is not None:
             self._context.term()
         for worker in self._workers.values():
@@ -633,8 +648,22 @@ class WorkerPool:
             worker.cgroup.kill_all()
         return report
 
+    def _admits(self, pid: int) -> bool:
+        """Whether a connection from ``pid`` may speak to the workers' socket: a child
+        of our zygote that has not connected before (called from the ZAP thread)."""
+        if pid in self._connected or self.zygote_pid is None:
+            return False
+        try:
+            if psutil.Process(pid).ppid() != self.zygote_pid:
+                return False
+        except psutil.Error:
+            return False
+        self._connected.add(pid)
+        return True
+
     def _on_exit(self, message: Exited) -> None:
         """The zygote reaped a worker: whatever it was doing is lost (D2)."""
+        self._connected.discard(message.pid)  # the pid may come back as a new worker
         worker = self._by_pid.pop(message.pid, None)
         if worker is None:
             return
