@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,3 +60,17 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
     return root
+
+
+def _toolpool_temp_files() -> set[str]:
+    temp = Path(os.environ.get("TMPDIR") or "/tmp")
+    return {p.name for p in temp.glob("toolpool-*")}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_toolpool_file_left_in_tmp() -> Iterator[None]:
+    """The whole suite leaves no toolpool file in the temporary directory (X8)."""
+    before = _toolpool_temp_files()
+    yield
+    gc.collect()  # an in-process Coordinator a test did not close removes its scratch then
+    assert sorted(_toolpool_temp_files() - before) == []

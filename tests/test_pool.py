@@ -474,10 +474,14 @@ def test_D2_killing_the_coordinator_leaves_no_worker_alive(tmp_path: Path) -> No
     script = textwrap.dedent(
         f"""
         import asyncio, json, sys
+        from pathlib import Path
         from toolpool.coordinator.pool import PoolConfig, WorkerPool
 
         async def main():
-            pool = WorkerPool(PoolConfig(min_workers=2, max_workers=2, tool_modules=({MODULE!r},)))
+            pool = WorkerPool(PoolConfig(
+                min_workers=2, max_workers=2, tool_modules=({MODULE!r},),
+                runtime_dir=Path({str(tmp_path / "rt")!r}),  # not /tmp: it is killed
+            ))
             await pool.start()
             print(json.dumps([pool.zygote_pid, *pool.worker_pids().values()]), flush=True)
             await asyncio.sleep(600)

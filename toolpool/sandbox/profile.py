@@ -21,10 +21,13 @@ MECHANISMS = ("rlimits", "cgroups", "bwrap", "netns", "seccomp", "landlock")
 _DESCRIPTIONS = {
     "rlimits": "rlimits in workers and tool processes (core, files, file size, CPU, memory)",
     "cgroups": "a cgroup per worker (memory, pids, CPU quota; kill the whole group)",
-    "bwrap": "bubblewrap around commands: read-only root, workspace writable, private /tmp",
+    "bwrap": "bubblewrap around commands: a user namespace without capabilities, read-only "
+    "root, workspace writable, private /tmp and /run, the runtime dir and secrets hidden",
     "netns": "workers of network-less sessions in their own, empty network namespace",
-    "seccomp": "seccomp filters on workers and commands (no ptrace, mount, kexec, bpf…)",
-    "landlock": "Landlock on commands: writes only under the workspace, no TCP when offline",
+    "seccomp": "seccomp filters on workers and commands (no ptrace, mount API, kexec, bpf, "
+    "new user namespaces…)",
+    "landlock": "Landlock on ripgrep's walks (reads only under the roots), and on commands "
+    "when bubblewrap is off (writes only under the roots, no TCP when offline)",
 }
 
 
