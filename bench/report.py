@@ -259,7 +259,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
             "",
             "One bash call of `true` through the bash tool in-process, under each sandbox "
             "profile (calls interleaved). The full profile adds "
-            f"{conf['added_ms']:.1f} ms per call at the median.",
+            f"{conf['added_ms']:.1f} ms per call at the median; with network allowed "
+            f"(an outbound-only namespace connected by pasta) "
+            f"{conf.get('added_network_ms', float('nan')):.1f} ms.",
             "",
             "| profile | p50 ms | p99 ms | max ms | p50 added ms |",
             "|---|---:|---:|---:|---:|",

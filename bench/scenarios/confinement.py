@@ -6,6 +6,7 @@ under each sandbox profile; calls interleaved so that a busy moment hits all ali
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import statistics
@@ -26,13 +27,16 @@ from toolpool.tools.bash import bash
 bash_module: Any = importlib.import_module("toolpool.tools.bash")
 
 NAME = "confinement"
-# The mechanisms switched off in each profile; "none" runs no sandbox at all.
-PROFILES: dict[str, set[str]] = {
-    "none": set(MECHANISMS) - {"rlimits"},
-    "exec wrapper only (no bwrap)": {"bwrap"},
-    "bwrap, no seccomp": {"seccomp"},
-    "full (bwrap + seccomp)": set(),
+# The mechanisms switched off in each profile, and whether the session has network;
+# "none" runs no sandbox at all. FULL is the default profile of an offline session.
+PROFILES: dict[str, tuple[set[str], bool]] = {
+    "none": (set(MECHANISMS) - {"rlimits"}, False),
+    "exec wrapper only (no bwrap)": ({"bwrap"}, False),
+    "bwrap, no seccomp": ({"seccomp"}, False),
+    "full (bwrap + seccomp)": (set(), False),
+    "full, network allowed (pasta)": (set(), True),
 }
+FULL = "full (bwrap + seccomp)"
 
 
 @contextlib.contextmanager
@@ -43,7 +47,7 @@ def _bare(argv: Sequence[str], **options: Any) -> Iterator[Confinement]:
 
 def run(quick: bool, workspace: Path) -> dict[str, Any]:
     rounds = 10 if quick else 60
-    profiles = {name: SandboxProfile.probe(disabled=off) for name, off in PROFILES.items()}
+    profiles = {name: SandboxProfile.probe(disabled=off) for name, (off, _) in PROFILES.items()}
     samples: dict[str, list[float]] = {name: [] for name in profiles}
     with tempfile.TemporaryDirectory(prefix="toolpool-bench-scratch-") as scratch:
         ctx = ToolContext(
@@ -60,20 +64,22 @@ def run(quick: bool, workspace: Path) -> dict[str, Any]:
                 for name, profile in profiles.items():
                     set_active_profile(profile)
                     bash_module.confined = _bare if name == "none" else confined
+                    call = dataclasses.replace(ctx, allow_network=PROFILES[name][1])
                     began = time.perf_counter()
-                    bash.execute({"command": "true"}, ctx)
+                    bash.execute({"command": "true"}, call)
                     if i >= 2:  # the first rounds warm the caches
                         samples[name].append((time.perf_counter() - began) * 1000)
         finally:
             bash_module.confined = confined
             set_active_profile(SandboxProfile.probe())
     medians = {name: statistics.median(s) for name, s in samples.items()}
-    full = next(reversed(medians))
+    networked = "full, network allowed (pasta)"
     return {
         "summary_ms": {name: summary(s) for name, s in samples.items()},
-        "layers": {name: sorted(set(MECHANISMS) - off) for name, off in PROFILES.items()},
+        "layers": {name: sorted(set(MECHANISMS) - off) for name, (off, _) in PROFILES.items()},
         "active": {
             name: [m.name for m in p.mechanisms if m.active] for name, p in profiles.items()
         },
-        "added_ms": round(medians[full] - medians["none"], 2),
+        "added_ms": round(medians[FULL] - medians["none"], 2),
+        "added_network_ms": round(medians[networked] - medians["none"], 2),
     }

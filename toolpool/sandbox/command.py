@@ -36,7 +36,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolpool.errors import ToolError
 from toolpool.sandbox import confine_exec, seccomp
+from toolpool.sandbox.network import NetworkSetupError, OutboundNetwork
 from toolpool.sandbox.policy import Policy, active_policy
 from toolpool.sandbox.profile import SandboxProfile, active_profile
 
@@ -44,6 +46,7 @@ from toolpool.sandbox.profile import SandboxProfile, active_profile
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 PRIVATE_HOME = "/tmp/home"  # HOME inside the sandbox: on the private /tmp
 DEFAULT_TMP_BYTES = 256 * 1024 * 1024
+NETWORK_SETUP_SECONDS = 10.0  # pasta connecting a network-allowed command's namespace
 
 
 @dataclass(slots=True)
@@ -56,22 +59,41 @@ class Confinement:
     env: dict[str, str]
     _status_fd: int | None = None  # the exec wrapper's "every layer is on" pipe
     _status: str | None = None
+    _network: OutboundNetwork | None = None  # the outbound-only namespace (X3)
+    _network_started: bool = False
     _fds: list[int] = field(default_factory=list)
 
     def started(self) -> None:
         """Call once the process is spawned: the parent's copies of the descriptors
-        it inherited are closed (so that bubblewrap's status pipe ends with it)."""
+        it inherited are closed (so that the ready pipe ends with it), and a
+        network-allowed command's namespace is connected before it may start.
+        Raises ToolError (``sandbox_failed``) when that fails: kill the process."""
+        self._close_inherited()
+        if self._network is not None and not self._network_started:
+            self._network_started = True
+            try:
+                self._network.start(NETWORK_SETUP_SECONDS)
+            except NetworkSetupError as exc:
+                raise ToolError(
+                    _explain("the outbound network", str(exc)), code="sandbox_failed"
+                ) from exc
+
+    def finish(self) -> None:
+        """Call once the process has ended: reads what the wrapper said and lets the
+        network helper go (idempotent)."""
+        self._close_inherited()
+        if self._network is not None:
+            self._network.close()
+            self._network = None
+        if self._status_fd is not None:
+            self._status = _read_all(self._status_fd)
+            self._status_fd = None
+
+    def _close_inherited(self) -> None:
         for fd in self._fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
-
-    def finish(self) -> None:
-        """Call once the process has ended: reads what the wrapper said (idempotent)."""
-        self.started()
-        if self._status_fd is not None:
-            self._status = _read_all(self._status_fd)
-            self._status_fd = None
 
     def failure(self, exit_code: int, output_head: str) -> str | None:
         """Why the sandbox itself failed to start the command, or None when the
@@ -96,6 +118,10 @@ def _read_all(fd: int) -> str:
     finally:
         os.close(fd)
     return b"".join(chunks).decode(errors="replace")
+
+
+def _network_failed(exc: NetworkSetupError) -> ToolError:
+    return ToolError(_explain("the outbound network", str(exc)), code="sandbox_failed")
 
 
 def _explain(mechanism: str, why: str) -> str:
@@ -206,6 +232,16 @@ def _bwrap(
     outer += bwrap_mounts(roots, policy, tmp_bytes or DEFAULT_TMP_BYTES)
     if not network:
         outer.append("--unshare-net")
+    elif profile.active("netns-outbound"):
+        # Its own namespace, outbound only: this host's services stay out of reach.
+        try:
+            box._network = OutboundNetwork()
+        except NetworkSetupError as exc:
+            raise ToolError(
+                _explain("the outbound network", str(exc)), code="sandbox_failed"
+            ) from exc
+        outer += box._network.bwrap_args()  # after the mounts: it binds a resolv.conf
+        pass_fds += box._network.pass_fds()
     if profile.active("seccomp"):
         fd = seccomp.bpf_fd("command")
         box._fds.append(fd)
@@ -288,6 +324,8 @@ def confined(
         if use_bwrap:
             command = _bwrap(argv, roots, network, profile, policy, tmp_bytes, box, pass_fds)
             layers += ["bwrap", "user namespace, no capabilities"]
+            if box._network is not None:
+                layers.append("outbound-only network")
             if profile.active("seccomp"):
                 layers.append("seccomp")
         else:
@@ -300,7 +338,7 @@ def confined(
         box.finish()
         raise
     finally:
-        box.started()
+        box._close_inherited()
 
 
 # A command that reports what a confined process sees: its capabilities, whether the

@@ -14,9 +14,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toolpool.sandbox import cgroups, confine_exec, seccomp
+from toolpool.sandbox import cgroups, confine_exec, network, seccomp
 
-MECHANISMS = ("rlimits", "cgroups", "bwrap", "netns", "seccomp", "landlock")
+MECHANISMS = ("rlimits", "cgroups", "bwrap", "netns", "netns-outbound", "seccomp", "landlock")
 
 _DESCRIPTIONS = {
     "rlimits": "rlimits in workers and tool processes (core, files, file size, CPU, memory)",
@@ -24,6 +24,8 @@ _DESCRIPTIONS = {
     "bwrap": "bubblewrap around commands: a user namespace without capabilities, read-only "
     "root, workspace writable, private /tmp and /run, the runtime dir and secrets hidden",
     "netns": "workers of network-less sessions in their own, empty network namespace",
+    "netns-outbound": "commands of network-allowed sessions in their own namespace, "
+    "outbound only (pasta): this host's own services unreachable",
     "seccomp": "seccomp filters on workers and commands (no ptrace, mount API, kexec, bpf, "
     "new user namespaces…)",
     "landlock": "Landlock on ripgrep's walks (reads only under the roots), and on commands "
@@ -50,7 +52,7 @@ class SandboxProfile:
         lines = []
         for m in self.mechanisms:
             mark = "on " if m.active else "off"
-            lines.append(f"{mark} {m.name:<9} {_DESCRIPTIONS[m.name]} — {m.detail}")
+            lines.append(f"{mark} {m.name:<14} {_DESCRIPTIONS[m.name]} — {m.detail}")
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,11 +148,18 @@ def _probe_landlock() -> tuple[bool, str]:
     return True, f"ABI {abi}{extra}"
 
 
+def _probe_outbound() -> tuple[bool, str]:
+    if not _probe_bwrap()[0]:
+        return False, "needs bubblewrap"
+    return network.probe()
+
+
 _PROBES = {
     "rlimits": _probe_rlimits,
     "cgroups": _probe_cgroups,
     "bwrap": _probe_bwrap,
     "netns": _probe_netns,
+    "netns-outbound": _probe_outbound,
     "seccomp": _probe_seccomp,
     "landlock": _probe_landlock,
 }

@@ -272,7 +272,13 @@ class Bash:
                 pass_fds=box.pass_fds,
                 env=box.env,
             )
-            box.started()
+            try:
+                box.started()
+            except ToolError:  # the sandbox could not be completed: the command never ran
+                process.kill()
+                process.wait()
+                output.close()
+                raise
         assert process.stdout is not None
         stop = threading.Event()
         reader = threading.Thread(
