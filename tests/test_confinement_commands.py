@@ -252,3 +252,39 @@ def test_self_check_script_is_plain_sh() -> None:
         ["sh", "-n", "-c", textwrap.dedent(command_module._SELF_CHECK)], check=False
     )
     assert done.returncode == 0
+
+
+@needs_bwrap
+@pytest.mark.spec("X9")
+def test_X9_a_hidden_path_inside_the_workspace_is_masked_there_too(workspace: Path) -> None:
+    secrets = workspace.resolve() / ".aws"
+    secrets.mkdir()
+    (secrets / "credentials").write_text("aws_secret_access_key = AKIA-SECRET")
+    (workspace / "code.py").write_text("print('hi')")
+    policy = Policy(hidden=(str(secrets),))
+    script = "cat .aws/credentials 2>&1; ls -A .aws | wc -l; touch .aws/x 2>&1; cat code.py"
+    with confined(["bash", "-c", script], workspace=workspace, policy=policy) as box:
+        done = subprocess.run(
+            box.argv, cwd=workspace, capture_output=True, text=True, pass_fds=box.pass_fds,
+            env=box.env, check=False, timeout=60,
+        )  # fmt: skip
+        box.started()
+    assert box.failure(done.returncode, done.stdout) is None
+    assert "AKIA-SECRET" not in done.stdout
+    assert "print('hi')" in done.stdout
+    assert not (secrets / "x").exists()
+
+
+@needs_bwrap
+@pytest.mark.spec("X5")
+def test_X5_a_command_sees_and_signals_no_process_outside(workspace: Path, tmp_path: Path) -> None:
+    me = os.getpid()
+    out = run(
+        workspace,
+        f"kill -0 {me} 2>&1 && echo SIGNALLED; test -e /proc/{me}/environ && echo SEEN; "
+        "echo procs=$(ls /proc | grep -c '^[0-9]')",
+        tmp_path,
+    )
+    assert "SIGNALLED" not in out and "SEEN" not in out
+    procs = next(line for line in out.splitlines() if line.startswith("procs="))
+    assert int(procs.removeprefix("procs=")) <= 5  # bwrap's init, the shell, its pipeline

@@ -74,9 +74,7 @@ class Confinement:
             try:
                 self._network.start(NETWORK_SETUP_SECONDS)
             except NetworkSetupError as exc:
-                raise ToolError(
-                    _explain("the outbound network", str(exc)), code="sandbox_failed"
-                ) from exc
+                raise _network_failed(exc) from exc
 
     def finish(self) -> None:
         """Call once the process has ended: reads what the wrapper said and lets the
@@ -99,7 +97,9 @@ class Confinement:
         """Why the sandbox itself failed to start the command, or None when the
         command ran (its exit code is its own). Call after the process ended."""
         self.finish()
-        if self._status is None or self._status == "1":
+        # The command inherits the pipe and may write to it too: only "nothing at all"
+        # means the sandbox failed before it.
+        if self._status is None or self._status.startswith("1"):
             return None
         lines = output_head.strip().splitlines()
         if lines and lines[0].startswith("toolpool sandbox:"):
