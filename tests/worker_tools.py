@@ -208,9 +208,12 @@ def report_limits(port: int, ctx: ToolContext) -> dict[str, Any]:
         workspace=ctx.workspace,
         network=ctx.allow_network,
     ) as box:
-        wrote = subprocess.run(
-            box.argv, pass_fds=box.pass_fds, capture_output=True, text=True, check=False
+        command = subprocess.Popen(
+            box.argv, pass_fds=box.pass_fds, stdout=subprocess.PIPE, text=True, env=box.env
         )
+        box.started()  # a network-allowed command waits for its namespace until then
+        status, _ = command.communicate()
+    box.finish()
     return {
         "pid": os.getpid(),
         "rlimits": {
@@ -223,6 +226,6 @@ def report_limits(port: int, ctx: ToolContext) -> dict[str, Any]:
         "network": _try_connect(port),
         "command_wrote_inside": (ctx.workspace / "inside").exists(),
         "command_wrote_outside": outside.exists(),
-        "command_status": wrote.stdout.strip(),
+        "command_status": status.strip(),
         "seccomp": Path("/proc/self/status").read_text().split("Seccomp:")[1].split()[0],
     }
