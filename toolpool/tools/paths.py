@@ -123,7 +123,30 @@ class Resolved:
         target itself, never of what a symlink swapped in since points to."""
         if self.missing:
             raise self._not_found()
-        return os.open(self.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.dir_fd)
+        try:
+            return os.open(
+                self.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.dir_fd
+            )
+        except OSError as exc:
+            # What was resolved a moment ago became a symlink, or no longer a
+            # directory: something swaps it. Refused, like any path that leads out.
+            if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and self._swapped()):
+                raise ToolError(
+                    f"Access denied: {self.path} changed while it was being opened "
+                    "(it is now a symlink, or no longer a directory). Try again once "
+                    "it holds still."
+                ) from exc
+            raise
+
+    def _swapped(self) -> bool:
+        """After ENOTDIR: the name is a symlink now, or a directory again (it was
+        swapped and back), rather than the file that was asked to be a directory.
+        (The resolved name is never a link: the walk resolves links to their target.)"""
+        try:
+            found = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        except OSError:
+            return True
+        return stat.S_ISLNK(found.st_mode) or stat.S_ISDIR(found.st_mode)
 
     def make_parents(self) -> None:
         """Create the missing directories (mkdirat), each opened without following
