@@ -1,9 +1,11 @@
 """The client library: programs submit turns to the toolpool daemon (SPEC D5).
 
-``Client`` blocks; ``AsyncClient`` is for asyncio. Both speak the same protocol
-through one core, raise only transport errors (``ClientError`` and kin), and hand
-tool failures back as results. This package imports the protocol and the data
-model, never the daemon.
+``Client`` blocks; ``AsyncClient`` is for asyncio. Both are thin drivers of one
+sans-IO connection (``connection.Connection``: requests → frames, frames → replies
+and events, all the routing and state); each owns its socket and its way of
+waiting, nothing more. They raise only transport errors (``ClientError`` and kin)
+and hand tool failures back as results. The library imports the protocol and the
+data model, never the daemon.
 """
 
 from toolpool.client.aio import AsyncClient, AsyncSession, AsyncTurn

@@ -1,37 +1,17 @@
-"""What the sync and asyncio clients share: no I/O, only the protocol's logic.
-
-The core numbers requests, checks frame sizes, resolves the endpoint, turns calls
-into a ``Submit``, and sorts what arrives: replies to their requests, events to
-their turns, approval requests to their sessions.
-"""
+"""The client's data, without I/O: where the daemon is, a turn's log, an approval
+request, and what a call looks like on the wire. ``connection`` builds on these."""
 
 from __future__ import annotations
 
-import itertools
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolpool.client.errors import (
-    ClientProtocolError,
-    DaemonUnavailable,
-    RequestFailed,
-    UntrustedEndpoint,
-)
-from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd, event_from_dict
-from toolpool.protocol import (
-    MAX_FRAME_BYTES,
-    ApprovalReply,
-    ApprovalRequest,
-    Error,
-    Message,
-    Ping,
-    Submit,
-    TurnEvent,
-    encode,
-)
+from toolpool.client.errors import DaemonUnavailable, UntrustedEndpoint
+from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd
+from toolpool.protocol import ApprovalReply, ApprovalRequest, Submit
 from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
 
 
@@ -64,17 +44,29 @@ def resolve_endpoint(endpoint: str | None, directory: str | Path | None) -> Endp
     return Endpoint(str(info["ipc"]))
 
 
+class Sent:
+    """What ``approve()`` and ``deny()`` return: the answer is on its way already.
+    Awaiting it is optional and returns at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield from ()
+
+
 @dataclass(eq=False)
 class ApprovalRequested:
     """The daemon's gate asks whether a call may run (SPEC P8). Answer with
     ``approve()`` or ``deny(reason)``; no answer in ``timeout`` seconds is a denial.
 
     It appears among its turn's events (after the call's ``tool_start`` and preview),
-    unless the session has an ``on_approval`` handler that answered it.
+    unless the session has an ``on_approval`` handler that answered it. The answer
+    leaves on the call itself, in both clients (``await`` is optional); the first
+    answer counts, later ones are ignored.
     """
 
     request: ApprovalRequest
-    _answer: Callable[[ApprovalReply], Any] = field(repr=False)
+    _answer: Callable[[ApprovalReply], None] = field(repr=False)
     answered: bool = False
 
     type = "approval_request"
@@ -91,15 +83,17 @@ class ApprovalRequested:
     def preview(self) -> Any:
         return self.request.preview
 
-    def approve(self) -> Any:
+    def approve(self) -> Sent:
         return self._reply(True, "")
 
-    def deny(self, reason: str = "") -> Any:
+    def deny(self, reason: str = "") -> Sent:
         return self._reply(False, reason)
 
-    def _reply(self, allowed: bool, reason: str) -> Any:
-        self.answered = True
-        return self._answer(ApprovalReply(self.request.approval_id, allowed, reason))
+    def _reply(self, allowed: bool, reason: str) -> Sent:
+        if not self.answered:
+            self._answer(ApprovalReply(self.request.approval_id, allowed, reason))
+            self.answered = True
+        return Sent()
 
 
 TurnItem = Event | ApprovalRequested
@@ -181,57 +175,6 @@ def results_as(results: Iterable[ToolResult], format: str) -> Any:
     return results_to_provider(results, format)
 
 
-class ClientCore:
-    """Request ids, frames, and where an incoming message goes."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-
-    def next_id(self) -> str:
-        return f"r{next(self._ids)}"
-
-    @staticmethod
-    def frame(message: Message) -> bytes:
-        data = encode(message)
-        if len(data) > MAX_FRAME_BYTES:
-            raise RequestFailed(
-                "too_large",
-                f"a {message.type.value} of {len(data)} bytes is over the "
-                f"{MAX_FRAME_BYTES}-byte frame limit",
-            )
-        return data
-
-    @staticmethod
-    def reply_value(message: Message) -> Message:
-        """A reply, or the daemon's Error raised as RequestFailed."""
-        if isinstance(message, Error):
-            raise RequestFailed(message.code, message.message)
-        return message
-
-    @staticmethod
-    def events(message: TurnEvent) -> list[Event]:
-        try:
-            return [event_from_dict(e) for e in message.events]
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ClientProtocolError(f"unreadable event from the daemon: {exc}") from None
-
-    @staticmethod
-    def key(message: Message) -> tuple[str, str | None]:
-        """Where a message goes: ("reply", request id), ("event", turn id),
-        ("approval", session id), ("ping", None) or ("orphan", None)."""
-        match message:
-            case TurnEvent():
-                return "event", message.turn_id
-            case ApprovalRequest():
-                return "approval", message.session_id
-            case Ping():
-                return "ping", None
-            case Error() if message.request_id is None:
-                return "orphan", None
-        request_id = getattr(message, "request_id", None)
-        return ("reply", request_id) if isinstance(request_id, str) else ("orphan", None)
-
-
 def decision(value: Any) -> tuple[bool, str]:
     """What an ``on_approval`` handler returned: True/False, or (allowed, reason)."""
     if isinstance(value, tuple):
@@ -242,8 +185,8 @@ def decision(value: Any) -> tuple[bool, str]:
 
 __all__ = [
     "ApprovalRequested",
-    "ClientCore",
     "Endpoint",
+    "Sent",
     "TurnItem",
     "TurnLog",
     "call_payload",

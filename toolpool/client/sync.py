@@ -1,4 +1,4 @@
-"""The blocking client.
+"""The blocking client: a driver of the connection (``toolpool.client.connection``).
 
     with toolpool.Client() as client:
         with client.session(workspace="/path/to/repo", gate="ask") as session:
@@ -7,101 +7,40 @@
                 print(event)
             results = turn.results()    # in call order
 
-One thread at a time: whoever waits reads the socket and files what arrives under
-its request or turn (a lock keeps two threads from reading at once).
+The driver owns the socket and the waiting; the connection does the rest. One thread
+at a time waits: it reads the socket and the connection files what arrives under its
+request or turn (a lock keeps two threads from reading at once). What the connection
+queues goes out at once, or, while another thread waits, with that thread's next poll.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
-from toolpool.client.core import (
-    ApprovalRequested,
-    ClientCore,
-    TurnItem,
-    TurnLog,
-    call_payload,
-    decision,
-    resolve_endpoint,
-    results_as,
-    submit_message,
-)
-from toolpool.client.errors import (
-    ClientProtocolError,
-    ClientTimeout,
-    DaemonUnavailable,
-    RequestFailed,
-)
+from toolpool.client.base import CLOSE_ERRORS, ClientBase, SessionBase, TurnBase
+from toolpool.client.connection import ApprovalHandler
+from toolpool.client.core import TurnItem, results_as
+from toolpool.client.operation import Operation
 from toolpool.models import ToolResult
-from toolpool.protocol import (
-    Accepted,
-    Append,
-    ApprovalReply,
-    ApprovalRequest,
-    Bye,
-    CancelCall,
-    CloseSession,
-    EndTurn,
-    Hello,
-    Message,
-    OpenSession,
-    ProtocolError,
-    Reply,
-    SessionOpened,
-    Status,
-    Steer,
-    Tools,
-    TurnEvent,
-    Welcome,
-    decode,
-)
 
-ApprovalHandler = Callable[[ApprovalRequested], Any]
-CLOSE_TIMEOUT = 2.0  # seconds a session's close waits for the daemon
+T = TypeVar("T")
+POLL_SECONDS = 0.1  # the longest a waiting thread leaves another thread's frames queued
+
+__all__ = ["ApprovalHandler", "Client", "Session", "Turn"]
 
 
-class Client:
-    """A connection to the toolpool daemon; a context manager.
+class Client(ClientBase[zmq.Socket[bytes]]):
+    __doc__ = ClientBase.__doc__
 
-    ``endpoint`` defaults to the running daemon's socket (runtime directory);
-    ``timeout`` bounds each request's wait for its reply; ``curve`` is
-    (server public key, client public key, client secret key) for a CURVE endpoint.
-    """
-
-    def __init__(
-        self,
-        endpoint: str | None = None,
-        *,
-        runtime_dir: str | Path | None = None,
-        timeout: float = 30.0,
-        connect_timeout: float = 5.0,
-        curve: tuple[bytes, bytes, bytes] | None = None,
-        name: str = "toolpool.Client",
-    ) -> None:
-        self.endpoint = resolve_endpoint(endpoint, runtime_dir).address
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self._curve = curve
-        self._name = name
-        self._core = ClientCore()
-        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._socket: zmq.Socket[bytes] | None = None
-        self._monitor: zmq.Socket[bytes] | None = None
-        self._replies: dict[str, Message] = {}
-        self._turns: dict[str, TurnLog] = {}
-        self._accepted: dict[str, TurnLog] = {}  # request id → the log of its turn
-        self._handlers: dict[str, ApprovalHandler | None] = {}
-        self._lock = threading.RLock()
-        self.daemon_pid: int | None = None
-        self.tool_names: list[str] = []
+    default_name = "toolpool.Client"
+    _lock = threading.RLock()  # replaced per client at connect
 
     # -- connection --------------------------------------------------------------------
 
@@ -113,131 +52,70 @@ class Client:
         self.close()
 
     def connect(self) -> None:
-        self._context = zmq.Context()
-        socket = self._context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 500)
-        if self._curve is not None:
-            server, public, secret = self._curve
-            socket.curve_serverkey = server
-            socket.curve_publickey = public
-            socket.curve_secretkey = secret
-        # The monitor tells us when the daemon closes the connection (it stopped or
-        # died), so that nobody waits out a timeout for an answer that cannot come.
-        self._monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        socket.connect(self.endpoint)
-        self._socket = socket
+        self._lock = threading.RLock()
+        self._conn.on_outgoing = self._flush
+        self._dial(zmq.Context())
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         try:
-            welcome = self._request(
-                Hello(self._core.next_id(), client=self._name), self.connect_timeout
-            )
-        except ClientTimeout:
-            self.close()
-            raise DaemonUnavailable(f"no toolpool daemon answers at {self.endpoint}") from None
-        except Exception:
+            self._run(self._conn.hello(self._name, self.connect_timeout))
+        except BaseException:
             self.close()
             raise
-        if not isinstance(welcome, Welcome):
-            raise ClientProtocolError(f"expected welcome, got {welcome.type.value}")
-        self.daemon_pid = welcome.daemon_pid
-        self.tool_names = list(welcome.tools)
 
     def close(self) -> None:
         """Say goodbye (the daemon closes this client's sessions) and disconnect."""
-        if self._socket is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._socket.send(self._core.frame(Bye()), zmq.NOBLOCK)
-            self._socket.disable_monitor()
-            self._socket.close()
-            self._socket = None
-        if self._monitor is not None:
-            self._monitor.close()
-            self._monitor = None
-        if self._context is not None:
-            self._context.term()
-            self._context = None
+        self._conn.close()
+        with contextlib.suppress(zmq.ZMQError):
+            self._flush(zmq.NOBLOCK)
+        self._hang_up()
 
     # -- the wire ------------------------------------------------------------------------
 
-    def _send(self, message: Message) -> None:
-        if self._socket is None:
-            raise DaemonUnavailable("the client is not connected")
-        self._socket.send(self._core.frame(message))
+    def _flush(self, flags: int = 0) -> None:
+        """Send what the connection queued, unless another thread waits (it will)."""
+        if self._socket is None or not self._lock.acquire(blocking=False):
+            return
+        try:
+            for frame in self._conn.take_outgoing():
+                self._socket.send(frame, flags)
+        finally:
+            self._lock.release()
 
-    def _request(self, message: Any, timeout: float | None = None) -> Message:
-        request_id = message.request_id
+    def _run(self, operation: Operation[T]) -> T:
+        """Read and file what arrives until ``operation`` is done; its outcome."""
         with self._lock:
-            self._send(message)
-            self._pump_until(lambda: request_id in self._replies, timeout or self.timeout)
-            return self._core.reply_value(self._replies.pop(request_id))
+            self._flush()
+            deadline = None if operation.timeout is None else time.monotonic() + operation.timeout
+            while not operation.done():
+                left = POLL_SECONDS if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise operation.expired()
+                self._poll(min(left, POLL_SECONDS))
+                self._flush()
+            return operation.outcome()
 
-    def _pump_until(self, done: Callable[[], bool], timeout: float | None) -> None:
-        """Read and file messages until ``done()``; ClientTimeout after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        assert self._socket is not None
-        poller = zmq.Poller()
-        poller.register(self._socket, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
-        while not done():
-            wait = 1000 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
-            if deadline is not None and wait == 0:
-                raise ClientTimeout(f"no answer from the daemon within {timeout:g} s")
-            ready = dict(poller.poll(wait))
-            if self._socket in ready:
-                self._read_waiting()
-            elif self._monitor is not None and self._monitor in ready:
-                self._monitor.recv_multipart()
-                self._read_waiting()  # what the daemon sent before it went still counts
-                if not done():
-                    raise DaemonUnavailable(f"the daemon at {self.endpoint} closed the connection")
+    def _poll(self, seconds: float) -> None:
+        assert self._socket is not None and self._monitor is not None
+        ready = dict(self._poller.poll(max(1, int(seconds * 1000))))
+        if self._socket in ready:
+            self._receive()
+        if self._monitor in ready:
+            self._monitor.recv_multipart()
+            self._receive()  # what the daemon sent before it went still counts
+            self._conn.lost()
 
-    def _read_waiting(self) -> None:
-        """File every message that has arrived, without waiting for more."""
+    def _receive(self) -> None:
+        """File every frame that has arrived, without waiting for more."""
         assert self._socket is not None
         while True:
             try:
                 frame = self._socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                message = decode(frame)
-            except ProtocolError as exc:
-                raise ClientProtocolError(str(exc)) from None
-            self._file(message)
-
-    def _file(self, message: Message) -> None:
-        kind, key = self._core.key(message)
-        if kind == "reply":
-            assert key is not None
-            if isinstance(message, Accepted):
-                # The turn's events may be right behind: its log must exist first.
-                fresh = TurnLog(message.turn_id, list(message.call_ids))
-                self._turns[message.turn_id] = fresh
-                self._accepted[key] = fresh
-            self._replies[key] = message
-        elif kind == "event":
-            assert isinstance(message, TurnEvent)
-            log = self._turns.get(message.turn_id)
-            if log is not None:
-                for event in self._core.events(message):
-                    log.add(event)
-                if log.results is not None:
-                    del self._turns[message.turn_id]  # the Turn keeps its log
-        elif kind == "approval":
-            assert isinstance(message, ApprovalRequest)
-            self._approval(message)
-        # pings and orphan errors need nothing
-
-    def _approval(self, message: ApprovalRequest) -> None:
-        item = ApprovalRequested(message, self._send)
-        handler = self._handlers.get(message.session_id)
-        if handler is not None:
-            allowed, reason = decision(handler(item))
-            self._send(ApprovalReply(message.approval_id, allowed, reason))
-            item.answered = True
-        log = self._turns.get(message.turn_id)
-        if log is not None:
-            log.add(item)
+            for deferred in self._conn.receive(frame):
+                self._conn.refuse(deferred, "a Client's on_approval handler must not be async")
 
     # -- requests ------------------------------------------------------------------------
 
@@ -252,29 +130,17 @@ class Client:
         max_tool_errors, limits, gate ("allow", "ask", "policy"), policy (rules),
         approval_timeout, max_tool_concurrency. ``on_approval(request)`` answers the
         gate's questions (True, False, or (False, "reason"))."""
-        message = OpenSession(self._core.next_id(), os.path.abspath(workspace), options)
-        opened = self._request(message)
-        assert isinstance(opened, SessionOpened)
-        self._handlers[opened.session_id] = on_approval
-        return Session(self, opened.session_id)
+        return Session(self, self._run(self._conn.open_session(workspace, options, on_approval)))
 
     def status(self) -> dict[str, Any]:
-        reply = self._request(Status(self._core.next_id()))
-        assert isinstance(reply, Reply)
-        return dict(reply.data)
+        return self._run(self._conn.status())
 
     def tools(self, format: str = "toolpool") -> list[dict[str, Any]]:
-        reply = self._request(Tools(self._core.next_id(), format))
-        assert isinstance(reply, Reply)
-        return list(reply.data)
+        return self._run(self._conn.tools(format))
 
 
-class Session:
-    """A session in the daemon; its turns run one after another. A context manager."""
-
-    def __init__(self, client: Client, session_id: str) -> None:
-        self.client = client
-        self.id = session_id
+class Session(SessionBase[Client]):
+    __doc__ = SessionBase.__doc__
 
     def __enter__(self) -> Session:
         return self
@@ -285,79 +151,43 @@ class Session:
     def submit(self, calls: Any, *, format: str | None = None, open: bool = False) -> Turn:
         """Start a turn: ToolCalls (or their dicts), or model output in ``format``.
         An ``open`` turn takes more calls (``Turn.add``) until ``Turn.close``."""
-        client = self.client
-        message = submit_message(client._core.next_id(), self.id, calls, format, open)
-        try:
-            accepted = client._request(message)
-        finally:
-            log = client._accepted.pop(message.request_id, None)
-        assert isinstance(accepted, Accepted)
-        assert log is not None
-        return Turn(self, log)
+        return Turn(self, self.client._run(self._conn.submit(self.id, calls, format, open)))
 
     def interrupt(self) -> None:
         """S4: the user sent a new message. "cancel" calls stop, the queued are skipped."""
-        self.client._request(Steer(self.client._core.next_id(), self.id, "interrupt"))
+        self.client._run(self._conn.steer(self.id, "interrupt"))
 
     def abort(self) -> None:
         """S5: cancel everything the session is running or has queued."""
-        self.client._request(Steer(self.client._core.next_id(), self.id, "abort"))
+        self.client._run(self._conn.steer(self.id, "abort"))
 
     def close(self) -> None:
         """End the session in the daemon. Best effort: a daemon that is gone or
         stopping has ended it already, so waiting long or raising would help no one."""
-        client = self.client
-        client._handlers.pop(self.id, None)
-        if client._socket is None:
-            return
-        with contextlib.suppress(ClientTimeout, RequestFailed, DaemonUnavailable):
-            client._request(CloseSession(client._core.next_id(), self.id), CLOSE_TIMEOUT)
+        with contextlib.suppress(*CLOSE_ERRORS):
+            self.client._run(self._conn.close_session(self.id))
 
 
-class Turn:
-    """A submitted turn: iterate its events as they happen; ``results()`` waits."""
-
-    def __init__(self, session: Session, log: TurnLog) -> None:
-        self.session = session
-        self._log = log
-        self.id = log.turn_id
-        self.call_ids = log.call_ids
+class Turn(TurnBase[Session]):
+    __doc__ = TurnBase.__doc__
 
     def __iter__(self) -> Iterator[TurnItem]:
         """Every event (and unanswered approval request), ending with turn_end."""
-        return self._iterate(forget=False)
+        return self._iterate(follow=False)
 
     def follow(self) -> Iterator[TurnItem]:
         """Like iterating, but the turn lets go of what has been yielded (``events``
         then holds only what is not read yet): for open turns that live long."""
-        return self._iterate(forget=True)
+        return self._iterate(follow=True)
 
-    def _iterate(self, forget: bool) -> Iterator[TurnItem]:
-        client = self.session.client
-        log = self._log
-        seen = log.first
-        while True:
-
-            def arrived(wanted: int = seen + 1) -> bool:
-                return log.count >= wanted
-
-            with client._lock:
-                client._pump_until(arrived, None)
-            item = log.item(seen)
-            seen += 1
-            if forget:
-                log.forget_before(seen)
-            yield item
-            if log.results is not None and seen == log.count:
-                return
+    def _iterate(self, follow: bool) -> Iterator[TurnItem]:
+        cursor = self._cursor(follow)
+        while not cursor.finished:
+            yield self.session.client._run(cursor.next())
 
     def results(self, timeout: float | None = None) -> tuple[ToolResult, ...]:
         """Wait for the turn's end; its results, in call order (S6)."""
-        client = self.session.client
-        with client._lock:
-            client._pump_until(lambda: self._log.results is not None, timeout)
-        assert self._log.results is not None
-        return self._log.results
+        return self.session.client._run(self._conn.turn_end(self._log, timeout))
 
     def results_as(self, format: str, timeout: float | None = None) -> Any:
         """The results in a provider's shape ("openai", "anthropic", …)."""
@@ -365,35 +195,19 @@ class Turn:
 
     def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
         """Wait for one call's end; its result."""
-        client = self.session.client
-        with client._lock:
-            client._pump_until(lambda: call_id in self._log.ended, timeout)
-        return self._log.ended[call_id]
+        return self.session.client._run(self._conn.call_end(self._log, call_id, timeout))
 
     def add(self, calls: Any, *, format: str | None = None) -> list[str]:
         """Queue more calls in an open turn; their ids."""
-        client = self.session.client
-        payload, format = call_payload(calls, format)
-        reply = client._request(Append(client._core.next_id(), self.id, payload, format))
-        assert isinstance(reply, Reply)
-        ids = list(reply.data["call_ids"])
-        self.call_ids.extend(ids)
-        return ids
+        return self.session.client._run(self._conn.append(self._log, calls, format))
 
     def cancel(self, call_id: str) -> None:
         """Stop one call (running: cancelled; queued: never started)."""
-        client = self.session.client
-        client._request(CancelCall(client._core.next_id(), self.id, call_id))
+        self.session.client._run(self._conn.cancel_call(self.id, call_id))
 
     def close(self) -> None:
         """An open turn takes no more calls; it ends after its last one."""
-        client = self.session.client
-        client._request(EndTurn(client._core.next_id(), self.id))
-
-    @property
-    def events(self) -> list[TurnItem]:
-        """What arrived so far (but what ``follow()`` let go of)."""
-        return list(self._log.items)
+        self.session.client._run(self._conn.end_turn(self.id))
 
     def interrupt(self) -> None:
         self.session.interrupt()
