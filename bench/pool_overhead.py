@@ -38,9 +38,8 @@ from bench.common import REPO, env, percentile
 from bench.tools import bench_noop
 from toolpool import ToolCall
 from toolpool.cancel import CancelToken
-from toolpool.coordinator import Coordinator, InProcessExecutor
-from toolpool.coordinator.pool import PoolConfig, WorkerPool
-from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.engine import Coordinator, InProcessExecutor
+from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.protocol import Execute, Result, encode
 from toolpool.sandbox import Limits
 

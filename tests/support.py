@@ -22,7 +22,7 @@ from toolpool import (
     UpdateKind,
     ValidationResult,
 )
-from toolpool.coordinator import Coordinator, GateDecision, GateRequest, Session
+from toolpool.engine import Coordinator, GateDecision, GateRequest, Session
 
 PNG_1X1 = bytes.fromhex(
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolpool.coordinator.config import ConfigError, DaemonConfig, load_config
+from toolpool.daemon.config import ConfigError, DaemonConfig, load_config
 from toolpool.sandbox.limits import MiB
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from toolpool import Client, ToolCall, ToolResult
-from toolpool.coordinator import Coordinator
+from toolpool.engine import Coordinator
 from toolpool.runtime import read_endpoint
 from toolpool.tools import bash as bash_tool
 from toolpool.tools import read_tool

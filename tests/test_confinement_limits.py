@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
-from toolpool.coordinator import Coordinator
-from toolpool.coordinator.pool import PoolConfig, WorkerPool
-from toolpool.coordinator.pool_executor import PoolExecutor
-from toolpool.coordinator.session import Session
+from toolpool.engine import Coordinator
+from toolpool.engine.session import Session
+from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.sandbox import Limits
 from toolpool.sandbox.limits import MiB
 
@@ -63,7 +62,7 @@ async def run(coordinator: Coordinator, session: Session, name: str, **args: Any
 def needs_cgroup(pool: WorkerPool, controller: str) -> None:
     """Skip when the workers have no cgroup that does ``controller`` (accounting
     over every process needs one; without it only per-process rlimits exist)."""
-    cgroups = pool._cgroups
+    cgroups = pool.processes.cgroups
     if cgroups is None:
         pytest.skip("no writable cgroup hierarchy: limits are per process (rlimits) only")
     if controller == "cpu":

@@ -21,7 +21,7 @@ from toolpool import (
     tool,
     tools_in_module,
 )
-from toolpool.coordinator import Coordinator
+from toolpool.engine import Coordinator
 from toolpool.file_reads import FileReadRegister, FileReadStamp
 from toolpool.tool import (
     ActivityDescriber,

@@ -22,7 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult, ImageContent, TextContent
 
 from toolpool import AsyncClient
-from toolpool.coordinator.daemon import running_pid
+from toolpool.runtime import running_pid
 
 from .daemon_support import (
     ROOT,

@@ -23,7 +23,7 @@ from toolpool import (
     UpdateKind,
     event_from_dict,
 )
-from toolpool.coordinator import Coordinator
+from toolpool.engine import Coordinator
 
 from .support import EventLog, Minimal, Picture
 

@@ -23,7 +23,7 @@ from toolpool import (
     tool,
 )
 from toolpool.cancel import CancelToken
-from toolpool.coordinator import (
+from toolpool.engine import (
     Coordinator,
     ExecutionRequest,
     GateDecision,
@@ -31,7 +31,7 @@ from toolpool.coordinator import (
     Next,
     Session,
 )
-from toolpool.coordinator.breaker import BreakerEffect
+from toolpool.engine.breaker import BreakerEffect
 
 from .support import EventLog, Minimal, Picture, Probe, RecordingGate, run_one
 

@@ -22,9 +22,8 @@ import zmq
 
 from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
 from toolpool.cancel import CancelToken
-from toolpool.coordinator import Coordinator
-from toolpool.coordinator.pool import PoolConfig, PoolError, WorkerPool
-from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.engine import Coordinator
+from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
 from toolpool.protocol import Execute
 from toolpool.sandbox import Limits, SandboxProfile
 from toolpool.sandbox.limits import MiB
@@ -475,7 +474,7 @@ def test_D2_killing_the_coordinator_leaves_no_worker_alive(tmp_path: Path) -> No
         f"""
         import asyncio, json, sys
         from pathlib import Path
-        from toolpool.coordinator.pool import PoolConfig, WorkerPool
+        from toolpool.pool import PoolConfig, WorkerPool
 
         async def main():
             pool = WorkerPool(PoolConfig(

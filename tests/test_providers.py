@@ -17,7 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from toolpool import ErrorCode, TextBlock, ToolCall, ToolContext, ToolResult, ToolSpec, tool
-from toolpool.coordinator import Coordinator, Session
+from toolpool.engine import Coordinator, Session
 from toolpool.providers import (
     CALL_FORMATS,
     PROVIDERS,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from toolpool import ErrorCode, ToolCall, ToolContext, ToolResult, tool
-from toolpool.coordinator import Coordinator, ExecutionRequest, Next, Session, TurnScheduler
+from toolpool.engine import Coordinator, ExecutionRequest, Next, Session, TurnScheduler
 
 from .support import EventLog, Work, ids, ticks, work_call
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolpool import ErrorCode, ToolEnd, ToolResult, ToolStart
-from toolpool.coordinator import Coordinator, ExecutionRequest, Next, TurnScheduler
+from toolpool.engine import Coordinator, ExecutionRequest, Next, TurnScheduler
 
 from .support import EventLog, Work, ticks, work_call
 

@@ -9,9 +9,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from toolpool.coordinator import Coordinator
-from toolpool.coordinator import server as server_module
-from toolpool.coordinator.server import Server
+from toolpool.daemon import server as server_module
+from toolpool.daemon.server import Server
+from toolpool.engine import Coordinator
 from toolpool.protocol import Error, TurnEvent, decode
 
 LIMIT = 4096

@@ -13,9 +13,8 @@ import psutil
 import pytest
 
 from toolpool import ErrorCode, ToolCall, ToolResult, ToolSpec, UpdateKind
-from toolpool.coordinator import Coordinator, Session
-from toolpool.coordinator.pool import PoolConfig, WorkerPool
-from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.engine import Coordinator, Session
+from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.tool import InterruptBehavior
 from toolpool.tools.bash import MAX_OUTPUT_CHARS, bash
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from toolpool import ErrorCode, ImageBlock, TextBlock, ToolCall, ToolMessage, ToolResult, UpdateKind
-from toolpool.coordinator import Coordinator, ExecutionRequest, Next
+from toolpool.engine import Coordinator, ExecutionRequest, Next
 from toolpool.file_reads import CODE_NOT_READ, CODE_STALE
 from toolpool.tools import FILE_TOOLS
 

@@ -9,17 +9,18 @@ from pathlib import Path
 import pytest
 
 from toolpool import ErrorCode, ToolCall, tools_in_module
-from toolpool.coordinator import Coordinator
-from toolpool.coordinator.pool import PoolConfig, WorkerPool
-from toolpool.coordinator.pool_executor import PoolExecutor
+from toolpool.engine import Coordinator
 from toolpool.file_reads import CODE_NOT_READ, CODE_STALE
+from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 
 
 @pytest.fixture
 async def coordinator() -> AsyncIterator[Coordinator]:
     config = PoolConfig(min_workers=2, max_workers=2, tool_modules=("toolpool.tools",))
     async with WorkerPool(config) as pool:
-        yield Coordinator(tools_in_module("toolpool.tools"), executor=PoolExecutor(pool))
+        coordinator = Coordinator(tools_in_module("toolpool.tools"), executor=PoolExecutor(pool))
+        yield coordinator
+        coordinator.close()
 
 
 def call(call_id: str, name: str, **arguments: object) -> ToolCall:

@@ -73,8 +73,10 @@ def _daemon_argv(flags: dict[str, Any]) -> list[str]:
 
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
-    from toolpool.coordinator import daemon
-    from toolpool.coordinator.config import ConfigError, load_config
+    # The command line stands above both sides: ``run`` is the daemon itself, the
+    # others are the client side's control of one in the background.
+    from toolpool.client import control
+    from toolpool.daemon.config import ConfigError, load_config
 
     flags = _daemon_flags(args)
     try:
@@ -84,13 +86,17 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         return 2
     match args.action:
         case "start":
-            return daemon.start_background(config, _daemon_argv(flags))
+            return control.start_background(
+                config.runtime_dir, _daemon_argv(flags), log_file=config.log_file
+            )
         case "stop":
-            return daemon.stop_background(config)
+            return control.stop_background(config.runtime_dir, drain_grace=config.drain_grace)
         case "status":
-            return daemon.status_background(config)
+            return control.status_background(config.runtime_dir)
         case _:
-            return daemon.run_foreground(config)
+            from toolpool.daemon.main import run_foreground
+
+            return run_foreground(config)
 
 
 # --- client commands ----------------------------------------------------------------------
@@ -238,6 +244,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_mcp_serve(args: argparse.Namespace) -> int:
     """Serve the daemon's tools over stdio; starts a daemon when none runs. Only MCP
     goes to stdout: everything else is written to stderr."""
+    from toolpool.daemon.config import ConfigError, load_config
     from toolpool.mcp import McpUnavailable, require_sdk
 
     try:
@@ -245,9 +252,19 @@ def _cmd_mcp_serve(args: argparse.Namespace) -> int:
     except McpUnavailable as exc:
         print(f"toolpool mcp serve: {exc}", file=sys.stderr)
         return 2
-    from toolpool.mcp.serve import serve_stdio
+    try:
+        config = load_config({"runtime_dir": args.runtime_dir})
+    except ConfigError as exc:
+        print(f"toolpool mcp serve: {exc}", file=sys.stderr)
+        return 1
+    from toolpool.client.mcp_serve import serve_stdio
 
-    return serve_stdio(Path(args.workspace), args.runtime_dir)
+    return serve_stdio(
+        Path(args.workspace),
+        config.runtime_dir,
+        log_file=config.log_file,
+        drain_grace=config.drain_grace,
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

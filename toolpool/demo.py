@@ -102,7 +102,7 @@ def _through_daemon(
 
 
 def _in_process(root: Path, console: Console) -> tuple[ToolResult, ...]:
-    from toolpool.coordinator import Coordinator
+    from toolpool.engine import Coordinator
     from toolpool.tools import BUILTIN_TOOLS
 
     coordinator = Coordinator(BUILTIN_TOOLS)

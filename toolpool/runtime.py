@@ -82,6 +82,25 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def running_pid(runtime: Path) -> int | None:
+    """The pid in the pid file, when that process is alive and is a toolpool daemon."""
+    try:
+        pid = int((runtime / PID_NAME).read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"toolpool" in cmdline else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return state[state.rfind(b")") + 2 : state.rfind(b")") + 3] != b"Z"
+
+
 def read_endpoint(directory: Path) -> dict[str, Any] | None:
     """The endpoint file a running daemon wrote, or None."""
     try:

@@ -17,7 +17,7 @@ import zmq
 from bench.common import REPO, daemon, env, summary
 from bench.tools import bench_noop, noop
 from toolpool import Client, ToolCall, ToolResult
-from toolpool.coordinator import Coordinator, InProcessExecutor
+from toolpool.engine import Coordinator, InProcessExecutor
 from toolpool.models import TextBlock, TurnEnd
 from toolpool.protocol import Submit, TurnEvent, encode
 

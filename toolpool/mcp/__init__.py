@@ -1,14 +1,18 @@
-"""toolpool and the Model Context Protocol, both ways.
+"""The tools of MCP servers, imported by the daemon.
 
-- ``toolpool mcp serve`` (``serve.py``): a stdio MCP server that offers the daemon's
-  tools to any MCP client; each connection is one toolpool session.
-- Imported servers (``config.py``, ``bridges.py``, ``bridge.py``, ``proxy.py``): the
-  daemon connects to the MCP servers of an ``mcpServers`` file through one bridge
-  process each, and offers their tools as ``mcp__<server>__<tool>``, run through the
-  same pipeline and workers as every other tool.
+- ``config.py``: an ``mcpServers`` file, and the proxy tools' names;
+- ``bridges.py``: the daemon's side: one bridge process per server, started and
+  stopped with the daemon;
+- ``bridge.py``: the bridge process (``python -m toolpool.mcp.bridge``), the MCP
+  session with one server;
+- ``proxy.py`` and ``imported.py``: the proxy tools ``mcp__<server>__<tool>``, run
+  through the same pipeline and workers as every other tool.
 
-The official MCP SDK (the ``mcp`` extra) is imported only by ``serve.py`` and
-``bridge.py``: the daemon, its workers and the proxy tools do without it.
+The other way round — ``toolpool mcp serve``, the daemon's tools to an MCP client —
+is a client of the daemon: ``toolpool.client.mcp_serve``. The official MCP SDK (the
+``mcp`` extra) is imported only by ``bridge.py`` and ``toolpool.client.mcp_serve``
+(``require_sdk`` says when it is missing): the daemon, its workers and the proxy
+tools do without it.
 """
 
 from __future__ import annotations

@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolpool.coordinator.executor import Executor
-from toolpool.coordinator.gate import Gate
-from toolpool.coordinator.inprocess import InProcessExecutor
-from toolpool.coordinator.middleware import Middleware
-from toolpool.coordinator.pipeline import EventSink, Pipeline
-from toolpool.coordinator.session import Session
-from toolpool.coordinator.turn import Turn
+from toolpool.engine.executor import Executor
+from toolpool.engine.gate import Gate
+from toolpool.engine.inprocess import InProcessExecutor
+from toolpool.engine.middleware import Middleware
+from toolpool.engine.pipeline import EventSink, Pipeline
+from toolpool.engine.session import Session
+from toolpool.engine.turn import Turn
 from toolpool.models import Event, ToolCall, ToolResult
 from toolpool.registry import ToolRegistry
 

@@ -47,15 +47,10 @@ from toolpool.client import (
     ClientError,
     ClientProtocolError,
 )
-from toolpool.coordinator.config import ConfigError, DaemonConfig, load_config
-from toolpool.coordinator.daemon import (
-    DaemonError,
-    running_pid,
-    start_background,
-    stop_background,
-)
+from toolpool.client.control import ControlError, ensure_running, stop_background
 from toolpool.models import ToolCall, ToolEnd, ToolResult, ToolUpdate, UpdateKind
 from toolpool.providers import results_to_mcp
+from toolpool.runtime import running_pid
 
 CANCEL_TIMEOUT = 5.0  # seconds a cancellation waits for the daemon's answer
 
@@ -173,42 +168,36 @@ async def serve(workspace: Path, runtime_dir: Path) -> int:
     return max(0, int(status.get("clients", 1)) - 1)
 
 
-def serve_stdio(workspace: Path, runtime_dir: Path | None) -> int:
-    """``toolpool mcp serve``: its exit status."""
+def serve_stdio(
+    workspace: Path,
+    runtime_dir: Path,
+    *,
+    log_file: Path | None = None,
+    drain_grace: float = 10.0,
+) -> int:
+    """``toolpool mcp serve``: its exit status. When no daemon runs it starts one
+    (logging to ``log_file``), and stops it at exit (``drain_grace`` is its setting)
+    unless other clients use it by then."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
-        config = load_config({"runtime_dir": runtime_dir})
-        ours = _ensure_daemon(config)
-    except (ConfigError, DaemonError) as exc:
+        ours = ensure_running(runtime_dir, log_file=log_file, out=sys.stderr)
+    except ControlError as exc:
         print(f"toolpool mcp serve: {exc}", file=sys.stderr)
         return 1
     others, code = 0, 1
     try:
-        others = anyio.run(serve, workspace.resolve(), config.runtime_dir)
+        others = anyio.run(serve, workspace.resolve(), runtime_dir)
         code = 0
     except* ClientError as failures:  # the daemon went away, or refused the session
         for failure in failures.exceptions:
             print(f"toolpool mcp serve: {failure}", file=sys.stderr)
     finally:
-        if ours is not None and running_pid(config.runtime_dir) == ours:
+        if ours is not None and running_pid(runtime_dir) == ours:
             if others:
                 print(
                     f"toolpool mcp serve: the daemon goes on for {others} other clients",
                     file=sys.stderr,
                 )
             else:
-                stop_background(config, out=sys.stderr)
+                stop_background(runtime_dir, drain_grace=drain_grace, out=sys.stderr)
     return code
-
-
-def _ensure_daemon(config: DaemonConfig) -> int | None:
-    """Start a daemon when none runs: its pid; None when one was running already."""
-    if running_pid(config.runtime_dir) is not None:
-        return None
-    argv = ["run", "--runtime-dir", str(config.runtime_dir)]
-    started = start_background(config, argv, out=sys.stderr) == 0
-    pid = running_pid(config.runtime_dir)
-    if pid is None:
-        raise DaemonError(f"no daemon runs in {config.runtime_dir}, and none could be started")
-    # Another program may have started one at the same moment: then it is not ours.
-    return pid if started else None

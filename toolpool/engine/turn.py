@@ -18,10 +18,10 @@ from enum import Enum
 from typing import Any
 
 from toolpool.cancel import CancelSource, CancelToken
-from toolpool.coordinator.gate import Gate
-from toolpool.coordinator.pipeline import EventSink, Pipeline
-from toolpool.coordinator.scheduler import CallState, StopPlan, TurnScheduler
-from toolpool.coordinator.session import Session
+from toolpool.engine.gate import Gate
+from toolpool.engine.pipeline import EventSink, Pipeline
+from toolpool.engine.scheduler import CallState, StopPlan, TurnScheduler
+from toolpool.engine.session import Session
 from toolpool.models import (
     Event,
     MessageEnd,

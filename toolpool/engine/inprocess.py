@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from toolpool.coordinator.executor import ExecutionRequest
+from toolpool.engine.executor import ExecutionRequest
 from toolpool.models import ToolResult
 from toolpool.outcomes import cancelled_result, result_from_exception, result_from_output
 from toolpool.sandbox.limits import Limits

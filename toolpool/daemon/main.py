@@ -1,37 +1,33 @@
 """The toolpool daemon: one long-running coordinator process per user (SPEC D1).
 
-``toolpool daemon`` runs it in the foreground, the way a service manager wants it;
-``toolpool daemon start|stop|status`` manage one in the background through its pid
-file. SIGTERM (or SIGINT) drains: no new turns, running turns get ``drain_grace``
-seconds and are then aborted, workers are stopped; a second SIGTERM ends at once.
+``toolpool daemon`` runs it in the foreground (``run_foreground``), the way a service
+manager wants it; ``toolpool daemon start|stop|status`` (``toolpool.client.control``)
+manage one in the background through its pid file. It wires the engine (sessions,
+pipeline, scheduler) to the worker pool and the server. SIGTERM (or SIGINT) drains:
+no new turns, running turns get ``drain_grace`` seconds and are then aborted, workers
+are stopped; a second SIGTERM ends at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
 
-from toolpool.coordinator import jsonlog
-from toolpool.coordinator.config import DaemonConfig
-from toolpool.coordinator.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.coordinator.pool import PoolConfig, PoolError, WorkerPool
-from toolpool.coordinator.pool_executor import PoolExecutor
-from toolpool.coordinator.runtime import Coordinator
-from toolpool.coordinator.server import Server, curve_keys, is_loopback
+from toolpool.daemon import logs
+from toolpool.daemon.config import DaemonConfig
+from toolpool.daemon.server import Server, curve_keys, is_loopback
+from toolpool.engine.coordinator import Coordinator
 from toolpool.errors import ToolpoolError
 from toolpool.mcp.bridges import import_mcp_servers
 from toolpool.mcp.config import McpConfigError
+from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
+from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
 from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.runtime import (
     ENDPOINT_NAME,
@@ -40,7 +36,8 @@ from toolpool.runtime import (
     SOCKET_NAME,
     ensure_private,
     private_dir,
-    read_endpoint,
+    process_alive,
+    running_pid,
     write_private,
 )
 from toolpool.sandbox.policy import Policy, default_deny_read
@@ -50,16 +47,6 @@ log = logging.getLogger("toolpool.daemon")
 
 class DaemonError(ToolpoolError):
     """The daemon cannot start (another one runs, a bad address, no workers…)."""
-
-
-def running_pid(runtime: Path) -> int | None:
-    """The pid in the pid file, when that process is alive and is a toolpool daemon."""
-    try:
-        pid = int((runtime / PID_NAME).read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return None
-    return pid if b"toolpool" in cmdline else None
 
 
 def _check_tcp(config: DaemonConfig) -> tuple[bytes, bytes] | None:
@@ -108,7 +95,7 @@ def _remove_stale_run_directories(runtime: Path) -> None:
             pid = stale.name.removeprefix(prefix)
             if not pid.isdigit() or not stale.is_dir() or stale.is_symlink():
                 continue
-            if int(pid) == os.getpid() or not _alive(int(pid)):
+            if int(pid) == os.getpid() or not process_alive(int(pid)):
                 shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -261,129 +248,10 @@ def _check_required_sandbox(pool: WorkerPool, config: DaemonConfig) -> None:
 
 
 def run_foreground(config: DaemonConfig) -> int:
-    jsonlog.configure(config.log_level, config.log_file)
+    logs.configure(config.log_level, config.log_file)
     try:
         return asyncio.run(serve(config))
     except DaemonError as exc:
         log.error("%s", exc)
         print(f"toolpool daemon: {exc}", file=sys.stderr)
         return 1
-
-
-# --- in the background ------------------------------------------------------------------
-
-
-def start_background(
-    config: DaemonConfig,
-    daemon_argv: Sequence[str],
-    wait: float = 60.0,
-    out: TextIO | None = None,
-) -> int:
-    """Start ``toolpool daemon <daemon_argv>`` detached and wait until it answers.
-    What it did goes to ``out`` (stdout by default), failures to stderr."""
-    out = out or sys.stdout
-    runtime = ensure_private(config.runtime_dir)
-    pid = running_pid(runtime)
-    if pid is not None:
-        print(f"toolpool daemon is already running (pid {pid})", file=out)
-        return 0
-    log_file = config.log_file or runtime / "daemon.log"
-    argv = [sys.executable, "-m", "toolpool", "daemon", *daemon_argv]
-    if config.log_file is None:
-        argv += ["--log-file", str(log_file)]
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            print(
-                f"toolpool daemon exited at start (status {process.returncode}):", file=sys.stderr
-            )
-            print(_tail(log_file), file=sys.stderr)
-            return 1
-        endpoint = read_endpoint(runtime)
-        if endpoint is not None and endpoint.get("pid") == process.pid and _answers(runtime):
-            where = endpoint["ipc"] + (f" and {endpoint['tcp']}" if endpoint.get("tcp") else "")
-            print(f"toolpool daemon started (pid {process.pid}), listening on {where}", file=out)
-            return 0
-        time.sleep(0.1)
-    print(f"toolpool daemon did not answer within {wait:g} s; see {log_file}", file=sys.stderr)
-    return 1
-
-
-def stop_background(
-    config: DaemonConfig, wait: float | None = None, out: TextIO | None = None
-) -> int:
-    """SIGTERM the background daemon and wait for it; what it did goes to ``out``."""
-    out = out or sys.stdout
-    runtime = config.runtime_dir
-    pid = running_pid(runtime)
-    if pid is None:
-        print("toolpool daemon is not running", file=out)
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + (wait if wait is not None else config.drain_grace + 20)
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _alive(pid):
-        os.kill(pid, signal.SIGTERM)  # the second signal: end at once
-        time.sleep(2)
-    if _alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        print(f"toolpool daemon (pid {pid}) did not stop; killed", file=out)
-        return 1
-    print(f"toolpool daemon stopped (pid {pid})", file=out)
-    return 0
-
-
-def status_background(config: DaemonConfig) -> int:
-    """LSB exit codes: 0 running and answering, 1 running but not answering, 3 stopped."""
-    runtime = config.runtime_dir
-    pid = running_pid(runtime)
-    if pid is None:
-        print("toolpool daemon is not running")
-        return 3
-    status = _answers(runtime, full=True)
-    if not status:
-        print(f"toolpool daemon (pid {pid}) is running but does not answer")
-        return 1
-    assert isinstance(status, dict)
-    workers = status.get("workers", {})
-    print(
-        f"toolpool daemon running (pid {pid}, up {status['uptime_seconds']} s): "
-        f"{len(status['sessions'])} sessions, {status['clients']} clients, workers "
-        + ", ".join(f"{n} {state}" for state, n in workers.items() if n)
-    )
-    return 0
-
-
-def _answers(runtime: Path, full: bool = False) -> bool | dict[str, Any]:
-    from toolpool.client import Client, ClientError
-
-    try:
-        with Client(runtime_dir=runtime, connect_timeout=2.0, timeout=5.0) as client:
-            status = client.status()
-    except ClientError:
-        return False
-    return status if full else True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return state[state.rfind(b")") + 2 : state.rfind(b")") + 3] != b"Z"
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"

@@ -25,13 +25,13 @@ from typing import Any
 
 import zmq
 
-from toolpool.coordinator.approvals import GateMode, make_gate, parse_policy
-from toolpool.coordinator.gate import Gate, GateDecision, GateRequest
-from toolpool.coordinator.pool import WorkerPool
-from toolpool.coordinator.runtime import Coordinator
-from toolpool.coordinator.session import Session
-from toolpool.coordinator.turn import Turn
+from toolpool.engine.approvals import GateMode, make_gate, parse_policy
+from toolpool.engine.coordinator import Coordinator
+from toolpool.engine.gate import Gate, GateDecision, GateRequest
+from toolpool.engine.session import Session
+from toolpool.engine.turn import Turn
 from toolpool.models import Event, ToolCall, ToolEnd, TurnEnd
+from toolpool.pool import WorkerPool
 from toolpool.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,

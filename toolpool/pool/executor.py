@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolpool.coordinator.executor import ExecutionRequest
-from toolpool.coordinator.pool import PoolOutcome, WorkerPool
+from toolpool.engine.executor import ExecutionRequest
 from toolpool.file_reads import FileReadRegister, apply_changes
 from toolpool.models import ErrorCode, ToolCall, ToolResult
 from toolpool.outcomes import cancelled_result
+from toolpool.pool.pool import WorkerPool
+from toolpool.pool.workers import PoolOutcome
 from toolpool.protocol import Execute
 from toolpool.sandbox.limits import Limits
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import CancelToken
-from toolpool.coordinator.breaker import Breaker
+from toolpool.engine.breaker import Breaker
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
 from toolpool.runtime import private_dir

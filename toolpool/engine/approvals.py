@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from toolpool.coordinator.gate import Gate, GateDecision, GateRequest
+from toolpool.engine.gate import Gate, GateDecision, GateRequest
 
 Ask = Callable[[GateRequest], Awaitable[GateDecision]]
 

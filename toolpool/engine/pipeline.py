@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 from toolpool.arguments import ArgumentCheck
 from toolpool.cancel import CancelToken
-from toolpool.coordinator.executor import ExecutionRequest, Executor
-from toolpool.coordinator.gate import Gate, GateDecision, GateRequest
-from toolpool.coordinator.middleware import Middleware, build_chain
-from toolpool.coordinator.session import Session
+from toolpool.engine.executor import ExecutionRequest, Executor
+from toolpool.engine.gate import Gate, GateDecision, GateRequest
+from toolpool.engine.middleware import Middleware, build_chain
+from toolpool.engine.session import Session
 from toolpool.models import (
     ErrorCode,
     Event,

@@ -54,5 +54,5 @@ class GateDecision:
         return cls(False, reason)
 
 
-# A gate may also return None, which allows (as a nil decision does in the seed).
+# A gate may also return None, which allows: no decision is no objection.
 Gate = Callable[[GateRequest], Awaitable[GateDecision | None]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from toolpool.coordinator.executor import ExecutionRequest
+from toolpool.engine.executor import ExecutionRequest
 from toolpool.models import ToolResult
 
 Next = Callable[[ExecutionRequest], Awaitable[ToolResult]]

@@ -1,0 +1,173 @@
+"""``toolpool daemon start|stop|status``: a daemon in the background, from the client
+side, through its pid file and its socket.
+
+The daemon is started as a process of its own (``python -m toolpool daemon run …``),
+never imported: this side knows the runtime directory, the client library and the
+one function that ends processes (``toolpool.sandbox.terminate``), nothing of the
+daemon's insides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from toolpool.client import Client, ClientError
+from toolpool.errors import ToolpoolError
+from toolpool.runtime import ensure_private, process_alive, read_endpoint, running_pid
+from toolpool.sandbox.terminate import Escalation, terminate
+
+# Seconds the daemon gets, past its drain_grace, to stop after the first SIGTERM …
+STOP_MARGIN = 20.0
+# … and, after the second SIGTERM (which ends it at once), before it is killed.
+FORCED_STOP_GRACE = 2.0
+
+
+class ControlError(ToolpoolError):
+    """No daemon runs, and none could be started."""
+
+
+def start_background(
+    runtime: Path,
+    daemon_argv: Sequence[str],
+    *,
+    log_file: Path | None = None,
+    wait: float = 60.0,
+    out: TextIO | None = None,
+) -> int:
+    """Start ``toolpool daemon <daemon_argv>`` detached and wait until it answers. It
+    logs to ``log_file`` when given, else ``daemon.log`` in the runtime directory.
+    What it did goes to ``out`` (stdout by default), failures to stderr."""
+    out = out or sys.stdout
+    runtime = ensure_private(runtime)
+    pid = running_pid(runtime)
+    if pid is not None:
+        print(f"toolpool daemon is already running (pid {pid})", file=out)
+        return 0
+    argv = [sys.executable, "-m", "toolpool", "daemon", *daemon_argv]
+    if log_file is None:
+        log_file = runtime / "daemon.log"
+        argv += ["--log-file", str(log_file)]
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            print(
+                f"toolpool daemon exited at start (status {process.returncode}):", file=sys.stderr
+            )
+            print(_tail(log_file), file=sys.stderr)
+            return 1
+        endpoint = read_endpoint(runtime)
+        if endpoint is not None and endpoint.get("pid") == process.pid and _answers(runtime):
+            where = endpoint["ipc"] + (f" and {endpoint['tcp']}" if endpoint.get("tcp") else "")
+            print(f"toolpool daemon started (pid {process.pid}), listening on {where}", file=out)
+            return 0
+        time.sleep(0.1)
+    print(f"toolpool daemon did not answer within {wait:g} s; see {log_file}", file=sys.stderr)
+    return 1
+
+
+def ensure_running(
+    runtime: Path, *, log_file: Path | None = None, out: TextIO | None = None
+) -> int | None:
+    """Start a daemon in ``runtime`` when none runs: its pid; None when one was
+    running already (or another program started one at the same moment)."""
+    if running_pid(runtime) is not None:
+        return None
+    argv = ["run", "--runtime-dir", str(runtime)]
+    started = start_background(runtime, argv, log_file=log_file, out=out) == 0
+    pid = running_pid(runtime)
+    if pid is None:
+        raise ControlError(f"no daemon runs in {runtime}, and none could be started")
+    return pid if started else None
+
+
+class _Daemon:
+    """The daemon's process alone (its workers end with it), as ``terminate`` wants."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def pids(self) -> set[int]:
+        return {self.pid} if process_alive(self.pid) else set()
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, sig)
+
+
+def stop_background(
+    runtime: Path,
+    *,
+    drain_grace: float = 10.0,
+    wait: float | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Stop the background daemon: a SIGTERM lets it drain (``wait`` seconds, by
+    default its ``drain_grace`` and a margin); then ``terminate`` sends the second
+    SIGTERM, which ends it at once, and kills it after ``FORCED_STOP_GRACE``."""
+    out = out or sys.stdout
+    pid = running_pid(runtime)
+    if pid is None:
+        print("toolpool daemon is not running", file=out)
+        return 0
+    daemon = _Daemon(pid)
+    daemon.signal(signal.SIGTERM)  # the first: drain
+    deadline = time.monotonic() + (wait if wait is not None else drain_grace + STOP_MARGIN)
+    while daemon.pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    report = terminate(daemon, grace=FORCED_STOP_GRACE)
+    if report.escalation >= Escalation.KILL:
+        print(f"toolpool daemon (pid {pid}) did not stop; killed", file=out)
+        return 1
+    print(f"toolpool daemon stopped (pid {pid})", file=out)
+    return 0
+
+
+def status_background(runtime: Path) -> int:
+    """LSB exit codes: 0 running and answering, 1 running but not answering, 3 stopped."""
+    pid = running_pid(runtime)
+    if pid is None:
+        print("toolpool daemon is not running")
+        return 3
+    status = _answers(runtime, full=True)
+    if not status:
+        print(f"toolpool daemon (pid {pid}) is running but does not answer")
+        return 1
+    assert isinstance(status, dict)
+    workers = status.get("workers", {})
+    print(
+        f"toolpool daemon running (pid {pid}, up {status['uptime_seconds']} s): "
+        f"{len(status['sessions'])} sessions, {status['clients']} clients, workers "
+        + ", ".join(f"{n} {state}" for state, n in workers.items() if n)
+    )
+    return 0
+
+
+def _answers(runtime: Path, full: bool = False) -> bool | dict[str, Any]:
+    try:
+        with Client(runtime_dir=runtime, connect_timeout=2.0, timeout=5.0) as client:
+            status = client.status()
+    except ClientError:
+        return False
+    return status if full else True
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"

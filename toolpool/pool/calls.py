@@ -1,0 +1,124 @@
+"""How a call on a worker ends: its result, the worker's end under it, or — cancelled
+or past its wall time — the cancel signal, ``cancel_grace`` seconds for an answer,
+and the kill; and what each ending means for the worker's next call (``CallEnd``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from typing import Any
+
+from toolpool.cancel import CancelToken
+from toolpool.pool.planner import CallEnd
+from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.workers import Flight, PoolOutcome, Worker
+from toolpool.protocol import Result
+from toolpool.sandbox.limits import Limits
+
+
+async def await_call(
+    worker: Worker,
+    flight: Flight,
+    token: CancelToken,
+    limits: Limits,
+    cancel_grace: float,
+    processes: WorkerProcesses,
+) -> tuple[PoolOutcome, bool]:
+    """The call's outcome, and whether the worker had to be told to stop it."""
+    # One future, woken by whichever comes first: the result, the worker's end,
+    # a cancel, or the wall time (callbacks, not a task per call: many may wait).
+    loop = asyncio.get_running_loop()
+    wake: asyncio.Future[None] = loop.create_future()
+
+    def fire(*_: object) -> None:
+        if not wake.done():
+            wake.set_result(None)
+
+    flight.result.add_done_callback(fire)
+    worker.exited.add_done_callback(fire)
+    untrack = token.on_cancel(fire)
+    timer = loop.call_later(limits.wall_seconds, fire)
+    try:
+        await wake
+    finally:
+        timer.cancel()
+        untrack()
+        flight.result.remove_done_callback(fire)
+        worker.exited.remove_done_callback(fire)
+    if flight.result.done():
+        return answered(worker, flight.result.result()), False
+    if worker.exited.done():
+        return lost(worker, limits), False
+    # Cancelled, or past its wall time: SIGTERM is the cancel signal, which the
+    # worker turns into a cancel of the tool (D4); it has ``cancel_grace`` seconds
+    # to answer before it is ended.
+    past_wall_time = not token.requested
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(worker.pid, signal.SIGTERM)
+    answer: set[asyncio.Future[Any]] = {flight.result, worker.exited}
+    await asyncio.wait(
+        answer,
+        timeout=cancel_grace,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    if flight.result.done():
+        outcome = answered(worker, flight.result.result(), escalation="answered")
+    elif worker.exited.done():
+        return lost(worker, limits), True
+    else:
+        why = "it ran past its wall time" if past_wall_time else "it did not stop when cancelled"
+        await processes.terminate([worker], f"{why} and was killed")
+        outcome = PoolOutcome("cancelled", escalation="killed", worker_id=worker.id)
+    return (overran(outcome, limits) if past_wall_time else outcome), True
+
+
+def answered(worker: Worker, result: Result, escalation: str | None = None) -> PoolOutcome:
+    """The outcome of a call whose worker sent its ``Result``."""
+    return PoolOutcome(
+        result.status,
+        result.result,
+        result.usage,
+        result.stamps,
+        escalation=escalation,
+        worker_id=worker.id,
+    )
+
+
+def lost(worker: Worker, limits: Limits) -> PoolOutcome:
+    """The outcome of a call whose worker ended under it."""
+    exit_ = worker.exited.result()
+    if exit_.oom:
+        # The kernel's OOM killer ended the worker itself: the call met its memory
+        # limit (X7), which is no crash of the worker.
+        return PoolOutcome(
+            "limit",
+            cause=f"memory limit (memory_bytes = {limits.memory_bytes})",
+            worker_id=worker.id,
+        )
+    return PoolOutcome("lost", cause=exit_.describe(), worker_id=worker.id)
+
+
+def overran(outcome: PoolOutcome, limits: Limits) -> PoolOutcome:
+    """A call stopped because it ran past its wall time: a limit, however it ended."""
+    if outcome.status not in ("cancelled", "error"):
+        return outcome
+    return PoolOutcome(
+        "limit",
+        usage=outcome.usage,
+        cause=f"wall time limit of {limits.wall_seconds:g} s",
+        escalation=outcome.escalation,
+        worker_id=outcome.worker_id,
+    )
+
+
+def call_end(outcome: PoolOutcome, stopped: bool) -> CallEnd:
+    result = outcome.result or {}
+    return CallEnd(
+        stopped=stopped,
+        cancelled=outcome.status == "cancelled",
+        limit_exceeded=result.get("error_code") == "limit_exceeded",
+        left_processes=bool(outcome.usage.get("ended_processes")),
+    )

@@ -1,0 +1,281 @@
+"""The pool's decisions, without processes: which worker takes a call, when a worker
+starts, when one retires (its call was stopped or tainted it, it served
+``max_calls_per_worker`` calls, it grew past ``max_worker_rss``), and what replaces a
+worker that ended.
+
+Like the turn scheduler (``toolpool.engine.scheduler``), the planner does no I/O: it
+reads a snapshot of the pool (``PoolState``) and returns the actions to take —
+``StartWorker``, ``RetireWorker``, ``HandOver``, ``Idle``, ``FailWaiters`` — in the
+order the pool carries them out (``WorkerPool._perform``). Every action of a plan is
+applied to the snapshot (``apply``) before the next one is decided, so a plan never
+holds more than ``max_workers`` live workers.
+
+Two kinds of worker exist: offline ones (no network: a network namespace of their
+own) and online ones; a call waits for a worker of its kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from toolpool.pool.workers import PoolConfig, WorkerState
+
+MAX_START_FAILURES = 3  # workers failing to start in a row: whoever waits gets an error
+
+
+class WorkerLike(Protocol):
+    """What the planner reads of a worker (``Worker`` and ``WorkerView`` both are)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def offline(self) -> bool: ...
+    @property
+    def state(self) -> WorkerState: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def rss(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    id: str
+    offline: bool
+    state: WorkerState
+    calls: int = 0
+    rss: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A snapshot of the pool: its workers that are not dead (in start order) and how
+    many calls wait for a worker of each kind."""
+
+    workers: Sequence[WorkerLike] = ()
+    waiting_online: int = 0
+    waiting_offline: int = 0
+    open: bool = True
+
+    def waiting(self, offline: bool) -> int:
+        return self.waiting_offline if offline else self.waiting_online
+
+    def worker(self, worker_id: str) -> WorkerLike | None:
+        return next((w for w in self.workers if w.id == worker_id), None)
+
+    def live(self) -> list[WorkerLike]:
+        """The workers that are, or will be, able to take calls."""
+        return [w for w in self.workers if w.state not in (WorkerState.DEAD, WorkerState.RETIRING)]
+
+
+# --- actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartWorker:
+    offline: bool
+    replacement: bool = False  # it replaces a worker that ended or retired
+
+
+@dataclass(frozen=True, slots=True)
+class RetireWorker:
+    """Tell the worker to shut down once its call is over."""
+
+    worker_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """Give the worker to the first call waiting for a worker of its kind."""
+
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailWaiters:
+    """Workers cannot be had: every waiting call gets an error."""
+
+    reason: str
+
+
+Action = StartWorker | RetireWorker | HandOver | Idle | FailWaiters
+
+
+def apply(state: PoolState, action: Action) -> PoolState:
+    """The snapshot as it is once ``action`` is carried out."""
+
+    def with_state(worker_id: str, new: WorkerState) -> tuple[WorkerLike, ...]:
+        return tuple(
+            WorkerView(w.id, w.offline, new, w.calls, w.rss) if w.id == worker_id else w
+            for w in state.workers
+        )
+
+    match action:
+        case StartWorker(offline=offline):
+            started = WorkerView(f"(new {len(state.workers)})", offline, WorkerState.STARTING)
+            return dataclasses.replace(state, workers=(*state.workers, started))
+        case RetireWorker(worker_id=worker_id):
+            return dataclasses.replace(state, workers=with_state(worker_id, WorkerState.RETIRING))
+        case HandOver(worker_id=worker_id):
+            worker = state.worker(worker_id)
+            assert worker is not None
+            workers = with_state(worker_id, WorkerState.BUSY)
+            if worker.offline:
+                return dataclasses.replace(
+                    state, workers=workers, waiting_offline=state.waiting_offline - 1
+                )
+            return dataclasses.replace(
+                state, workers=workers, waiting_online=state.waiting_online - 1
+            )
+        case Idle(worker_id=worker_id):
+            return dataclasses.replace(state, workers=with_state(worker_id, WorkerState.IDLE))
+        case FailWaiters():
+            return dataclasses.replace(state, waiting_online=0, waiting_offline=0)
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnd:
+    """What the pool saw of a call's end that bears on its worker's next call."""
+
+    stopped: bool = False  # cancelled or past its wall time: the worker was signalled
+    cancelled: bool = False  # the worker answered "cancelled"
+    limit_exceeded: bool = False  # the result names a limit the call met
+    left_processes: bool = False  # processes the call left behind had to be ended
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlanner:
+    min_workers: int = 2
+    max_workers: int = 4
+    max_calls_per_worker: int = 1000
+    max_worker_rss: int = 512 * 1024 * 1024
+    max_start_failures: int = MAX_START_FAILURES
+
+    @classmethod
+    def from_config(cls, config: PoolConfig) -> PoolPlanner:
+        return cls(
+            config.min_workers,
+            config.max_workers,
+            config.max_calls_per_worker,
+            config.max_worker_rss,
+        )
+
+    def initial(self, offline: bool) -> list[Action]:
+        """The workers to start with."""
+        return [StartWorker(offline) for _ in range(self.min_workers)]
+
+    def idle_worker(self, state: PoolState, offline: bool) -> str | None:
+        """The idle worker of this kind a new call takes at once, if any."""
+        for worker in state.workers:
+            if worker.state is WorkerState.IDLE and worker.offline == offline:
+                return worker.id
+        return None
+
+    def grow(self, state: PoolState, offline: bool) -> list[Action]:
+        """Start workers for the calls of this kind that no starting worker will
+        serve, up to the maximum; make room by retiring idle workers of the other
+        kind."""
+        actions: list[Action] = []
+        starting = sum(
+            1 for w in state.live() if w.state is WorkerState.STARTING and w.offline == offline
+        )
+        for _ in range(state.waiting(offline) - starting):
+            if len(state.live()) >= self.max_workers:
+                other = next(
+                    (
+                        w
+                        for w in state.live()
+                        if w.state is WorkerState.IDLE and w.offline != offline
+                    ),
+                    None,
+                )
+                if other is None:
+                    break
+                actions.append(RetireWorker(other.id, "to make room for the other kind"))
+                state = apply(state, actions[-1])
+            actions.append(StartWorker(offline))
+            state = apply(state, actions[-1])
+        return actions
+
+    def release(self, state: PoolState, worker_id: str) -> list[Action]:
+        """The worker is free (ready, or done with a call): the first call waiting for
+        its kind gets it, else it idles — and calls of the other kind stuck behind a
+        full pool may have its place."""
+        worker = state.worker(worker_id)
+        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
+            return []
+        if state.waiting(worker.offline):
+            return [HandOver(worker_id)]
+        actions: list[Action] = [Idle(worker_id)]
+        if state.waiting(not worker.offline):
+            actions += self.grow(apply(state, actions[0]), not worker.offline)
+        return actions
+
+    def retire_reason(self, worker: WorkerLike, end: CallEnd) -> str | None:
+        """Why a worker that has just ended a call must not take another, if it must
+        not: a next call should not inherit what a stopped, cancelled or over-limit
+        call left, nor a worker that served its calls or grew too large."""
+        if end.stopped:
+            return "its call was stopped"
+        if end.cancelled:
+            return "its call was cancelled"
+        if end.limit_exceeded:
+            return "its call met a limit"
+        if end.left_processes:
+            return "its call left processes behind"
+        if worker.calls >= self.max_calls_per_worker:
+            return f"it served {worker.calls} calls (max_calls_per_worker)"
+        if worker.rss > self.max_worker_rss:
+            return f"it grew to {worker.rss} bytes resident (max_worker_rss)"
+        return None
+
+    def after_call(self, state: PoolState, worker_id: str, end: CallEnd) -> list[Action]:
+        """A call on the worker ended (``calls`` counts it): retire or release it."""
+        worker = state.worker(worker_id)
+        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
+            return []
+        reason = self.retire_reason(worker, end)
+        if reason is not None:
+            return self.retire(state, worker_id, reason)
+        return self.release(state, worker_id)
+
+    def retire(self, state: PoolState, worker_id: str, reason: str) -> list[Action]:
+        """Shut the worker down once its call is over, and start what replaces it."""
+        worker = state.worker(worker_id)
+        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
+            return []
+        actions: list[Action] = [RetireWorker(worker_id, reason)]
+        return actions + self.replenish(apply(state, actions[0]), worker.offline)
+
+    def replenish(self, state: PoolState, offline: bool) -> list[Action]:
+        """A worker of this kind has gone (ended or retired): start a replacement
+        when the pool is below its minimum or calls of its kind wait."""
+        if not state.open:
+            return []
+        if len(state.live()) < self.min_workers:
+            return [StartWorker(offline, replacement=True)]
+        if state.waiting(offline):
+            return [
+                dataclasses.replace(a, replacement=True) if isinstance(a, StartWorker) else a
+                for a in self.grow(state, offline)
+            ]
+        return []
+
+    def start_failed(
+        self, state: PoolState, offline: bool, failures: int, why: str
+    ) -> list[Action]:
+        """A worker failed to start, the ``failures``-th time in a row: try again for
+        whoever waits, or give up when starting more would fail the same way (a tool
+        module that does not import…)."""
+        if failures < self.max_start_failures:
+            return self.grow(state, offline)
+        return [FailWaiters(f"workers fail to start: {why}")]

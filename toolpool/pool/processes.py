@@ -1,0 +1,246 @@
+"""Where the pool's workers come from and how they end: the sandbox profile, the
+private runtime directory, the workers' socket (and who may connect to it), the
+zygote that forks them, their cgroups, and their termination
+(``toolpool.sandbox.terminate``, the one place processes are ended).
+
+It knows nothing of calls or waiters: ``WorkerPool`` (``pool.py``) keeps the records
+and decides, through the planner, what to start and retire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import psutil
+import zmq
+
+from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
+from toolpool.pool.workers import PoolConfig, Worker, WorkerState
+from toolpool.pool.zygote import Zygote
+from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
+from toolpool.sandbox import linux
+from toolpool.sandbox.cgroups import CgroupTree
+from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.profile import SandboxProfile
+from toolpool.sandbox.terminate import (
+    CgroupMembers,
+    ProcessSet,
+    ProcessTree,
+    TerminationReport,
+    Together,
+    terminate,
+)
+from toolpool.worker.main import WorkerConfig
+from toolpool.zmqloop import LoopSocket
+
+log = logging.getLogger("toolpool.pool")
+
+
+class WorkerProcesses:
+    def __init__(
+        self,
+        config: PoolConfig,
+        on_frames: Callable[[list[bytes]], None],
+        on_exit: Callable[[Exited], None],
+        on_zygote_death: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.profile = SandboxProfile.nothing()
+        self.endpoint = ""
+        self.policy = config.policy
+        self.cgroups: CgroupTree | None = None
+        self._on_frames = on_frames
+        self._on_exit = on_exit
+        self._on_zygote_death = on_zygote_death
+        self._zygote: Zygote | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._router: LoopSocket | None = None
+        self._guard: PeerGuard | None = None
+        self._runtime_dir: Path | None = None
+        self._owns_runtime_dir = False
+        self._connected: set[int] = set()  # worker pids that have connected
+
+    async def open(self) -> None:
+        """Probe the sandbox, open the socket and start the zygote."""
+        loop = asyncio.get_running_loop()
+        self.profile = await loop.run_in_executor(
+            None, SandboxProfile.probe, self.config.sandbox_disabled
+        )
+        if self.profile.active("cgroups"):
+            self.cgroups = CgroupTree.probe()
+        for line in self.profile.describe():
+            log.info("sandbox: %s", line)
+        if self.config.runtime_dir is None:
+            self._runtime_dir = Path(tempfile.mkdtemp(prefix="toolpool-"))
+            self._owns_runtime_dir = True
+        else:
+            self._runtime_dir = self.config.runtime_dir
+            self._runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self._runtime_dir, 0o700)
+        self.endpoint = f"ipc://{self._runtime_dir}/workers.sock"
+        # Workers and the commands they start never see the runtime dir (X2).
+        self.policy = dataclasses.replace(
+            self.config.policy, hidden=(*self.config.policy.hidden, str(self._runtime_dir))
+        )
+        self._context = zmq.Context()
+        # Only a worker, and only once, may connect: a Python tool that opens a
+        # second connection cannot pose as a worker that has not yet connected and
+        # be handed other sessions' calls (X2).
+        self._guard = PeerGuard(
+            self._context, lambda pid: not self._admits(pid), "a process that is no new worker"
+        )
+        self._guard.start()
+        router = self._context.socket(zmq.ROUTER)
+        router.zap_domain = LOCAL_DOMAIN.encode()
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.setsockopt(zmq.SNDHWM, 0)  # a send never blocks the loop
+        router.bind(self.endpoint)
+        self._router = LoopSocket(router, self._on_frames)
+        self._zygote = Zygote(
+            self.config.tool_modules,
+            self._runtime_dir,
+            self._on_exit,
+            self._on_zygote_death,
+            env=self.policy.worker_environment(),
+        )
+        await self._zygote.start()
+
+    async def close(self, workers: Iterable[Worker]) -> None:
+        """Stop the zygote and the socket; remove the cgroups (``workers``' too) and
+        the runtime directory. The workers must have ended."""
+        if self._zygote is not None:
+            await self._zygote.close()
+        if self._router is not None:
+            self._router.close()
+            self._router = None
+        if self._guard is not None:
+            self._guard.stop()  # before the context ends: it holds a socket in it
+            self._guard = None
+        if self._context is not None:
+            self._context.term()
+        for worker in workers:
+            if worker.cgroup is not None:
+                worker.cgroup.remove()
+        if self.cgroups is not None:
+            self.cgroups.close()
+        if self._owns_runtime_dir and self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+
+    # -- one worker ---------------------------------------------------------------------
+
+    def new_worker(self, worker_id: str, offline: bool) -> tuple[Worker, WorkerConfig]:
+        """A worker's record and cgroup, and the configuration it starts with."""
+        loop = asyncio.get_running_loop()
+        cgroup = self.cgroups.create(worker_id) if self.cgroups is not None else None
+        worker = Worker(worker_id, offline, cgroup, loop.create_future(), loop.create_future())
+        if cgroup is not None:
+            limits = self.config.limits
+            cgroup.set_memory(limits.memory_bytes)
+            cgroup.set_pids(limits.processes)
+            cgroup.set_cpu(self.config.worker_cpus)
+            worker.oom_baseline = cgroup.oom_kills()
+        config = WorkerConfig(
+            worker_id=worker_id,
+            endpoint=self.endpoint,
+            heartbeat_interval=self.config.heartbeat_interval,
+            limits=self.config.limits.to_dict(),
+            profile=self.profile.to_dict(),
+            policy=self.policy.to_dict(),
+            cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
+            offline=offline,
+            limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
+        )
+        return worker, config
+
+    async def spawn(self, worker: Worker, config: WorkerConfig) -> int:
+        """Have the zygote fork the worker; its pid (ZygoteError when it cannot)."""
+        assert self._zygote is not None
+        return await self._zygote.spawn(worker.id, config.to_dict(), self.config.spawn_timeout)
+
+    def apply_limits(self, worker: Worker, limits: Limits) -> None:
+        """Write a call's memory and process limits to the worker's cgroup."""
+        applied = (limits.memory_bytes, limits.processes)
+        if worker.cgroup is None or worker.cgroup_limits == applied:
+            return
+        worker.cgroup.set_memory(limits.memory_bytes)
+        worker.cgroup.set_pids(limits.processes)
+        worker.cgroup_limits = applied
+
+    def oom_killed(self, worker: Worker) -> bool:
+        return worker.cgroup is not None and worker.cgroup.oom_kills() > worker.oom_baseline
+
+    def exited(self, pid: int) -> None:
+        """A worker's process is gone: its pid may come back as a new worker."""
+        self._connected.discard(pid)
+
+    def forget(self, worker: Worker) -> None:
+        """End what is left in the worker's cgroup and remove it."""
+        if worker.cgroup is not None:
+            worker.cgroup.kill_all()
+            worker.cgroup.remove()
+
+    def send(self, worker: Worker, message: Message) -> None:
+        if self._router is None or worker.state is WorkerState.DEAD:
+            return
+        try:
+            self._router.send([worker.id.encode(), encode(message)])
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: it has not connected, or has gone
+            log.info("could not send %s to %s: %s", message.type.value, worker.id, exc)
+
+    async def terminate(
+        self, workers: Iterable[Worker], reason: str, *, grace: float = 0
+    ) -> TerminationReport | None:
+        """End the workers and everything in their cgroups or under them: SIGTERM,
+        ``grace`` seconds, then SIGKILL (``grace=0``: SIGKILL at once)."""
+        workers = list(workers)
+        if not workers:
+            return None
+        targets: list[ProcessSet] = []
+        for worker in workers:
+            worker.kill_reason = worker.kill_reason or reason
+            targets.append(ProcessTree(worker.pid))
+            if worker.cgroup is not None:
+                targets.append(CgroupMembers(worker.cgroup.procs_files()))
+        report = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: terminate(Together(*targets), grace=grace)
+        )
+        for worker in workers:
+            if worker.cgroup is not None:
+                worker.cgroup.kill_all()
+        return report
+
+    # -- who is who ---------------------------------------------------------------------
+
+    @property
+    def zygote_pid(self) -> int | None:
+        return None if self._zygote is None else self._zygote.pid
+
+    def _admits(self, pid: int) -> bool:
+        """Whether a connection from ``pid`` may speak to the workers' socket: a child
+        of our zygote that has not connected before (called from the ZAP thread)."""
+        if pid in self._connected or self.zygote_pid is None:
+            return False
+        try:
+            if psutil.Process(pid).ppid() != self.zygote_pid:
+                return False
+        except psutil.Error:
+            return False
+        self._connected.add(pid)
+        return True
+
+    def confines(self, pid: int) -> bool:
+        """Whether ``pid`` is one of the pool's confined processes: the zygote, a
+        worker, or anything they started (X2). Safe to call from any thread."""
+        zygote = self.zygote_pid
+        ancestors = {zygote} if zygote else set()
+        marker = None if self.cgroups is None else f"/{self.cgroups.parent}/"
+        return linux.lineage_includes(pid, ancestors, marker)

@@ -1,0 +1,136 @@
+"""The pool's records: its settings, a worker and its states, how a worker ended, how a
+call on the pool ended, and what the pool reports about itself.
+
+Data only: the decisions over these records are the planner's (``planner.py``), the
+processes and sockets are the pool's (``pool.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from toolpool.errors import ToolpoolError
+from toolpool.protocol import Result
+from toolpool.sandbox.cgroups import WorkerCgroup
+from toolpool.sandbox.limits import Limits, MiB
+from toolpool.sandbox.policy import Policy
+
+
+class PoolError(ToolpoolError):
+    """The pool cannot run calls (it is closed, or workers fail to start)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    min_workers: int = 2
+    max_workers: int = 4
+    tool_modules: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)  # every call's defaults
+    cancel_grace: float = 2.0  # seconds a cancelled call has to answer before the kill
+    shutdown_grace: float = 2.0  # seconds workers told to shut down get before the kill
+    heartbeat_interval: float = 0.5
+    heartbeat_misses: int = 10  # a worker silent this many intervals is hung
+    max_calls_per_worker: int = 1000
+    max_worker_rss: int = 512 * MiB
+    worker_cpus: float = 1.0  # CPU quota of each worker's cgroup
+    sandbox_disabled: frozenset[str] = frozenset()
+    runtime_dir: Path | None = None
+    spawn_timeout: float = 10.0
+    policy: Policy = field(default_factory=Policy.default)  # what confined code may see
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:
+            raise ValueError("need 0 <= min_workers <= max_workers and max_workers >= 1")
+
+
+class WorkerState(StrEnum):
+    STARTING = "starting"
+    IDLE = "idle"
+    BUSY = "busy"
+    RETIRING = "retiring"  # told to shut down after its call
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExit:
+    """How a worker process ended, and what we know of why."""
+
+    exit_code: int | None
+    signal: int | None
+    reason: str | None = None  # set when we killed it: "hung", "cancel not answered"…
+    oom: bool = False
+
+    def describe(self) -> str:
+        if self.oom:
+            return "it ran out of memory and the kernel killed it"
+        if self.reason:
+            return self.reason
+        if self.signal is not None:
+            return f"it was killed by {signal.Signals(self.signal).name}"
+        return f"it exited with status {self.exit_code}"
+
+
+@dataclass(slots=True)
+class Flight:
+    """A call on a worker."""
+
+    call_id: str
+    on_progress: Callable[[Any], None]
+    result: asyncio.Future[Result]
+
+
+@dataclass(eq=False)
+class Worker:
+    id: str
+    offline: bool
+    cgroup: WorkerCgroup | None
+    ready: asyncio.Future[None]
+    exited: asyncio.Future[WorkerExit]
+    pid: int = 0
+    state: WorkerState = WorkerState.STARTING
+    calls: int = 0
+    rss: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+    flight: Flight | None = None
+    kill_reason: str | None = None
+    oom_baseline: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    ready_at: float | None = None
+    replaces_exit_at: float | None = None  # when the worker it replaces exited
+    cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOutcome:
+    """How a call on the pool ended.
+
+    ``status``: "ok", "error" or "cancelled" as the worker answered; "lost" when the
+    worker died or hung; "limit" when the call ran past its wall time; "unstarted"
+    when it was cancelled before a worker took it.
+    """
+
+    status: str
+    result: dict[str, Any] | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    stamps: dict[str, Any] = field(default_factory=dict)
+    cause: str | None = None
+    escalation: str | None = None  # "answered" or "killed", for cancels and overruns
+    worker_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    workers: dict[str, int]
+    queued: int
+    started: int
+    replaced: int
+    calls: int
+    profile: dict[str, Any]
+    replacement_ms: list[float]  # exit of a worker → its replacement ready, latest last
