@@ -49,7 +49,7 @@ def assert_none_left(before: set[int], timeout: float = 5.0) -> None:
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind() -> Iterator[None]:
-    """Every test proves it leaves no process behind (STYLE habit 9)."""
+    """Every test proves it leaves no process behind."""
     before = _descendants()
     yield
     assert_none_left(before)

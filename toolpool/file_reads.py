@@ -19,7 +19,7 @@ from typing import Any
 
 from toolpool.tool import ValidationResult
 
-# F3's refusal codes, as the seed names them.
+# F3's refusal codes (docs/spec.md): 2 never (or only partly) read, 3 changed since.
 CODE_NOT_READ = 2
 CODE_STALE = 3
 

@@ -1,1 +1,1 @@
-"""Workers: sandboxed processes that run tools' execute (SPEC D2). See issue 4."""
+"""Workers: sandboxed processes that run tools' execute (SPEC D2; docs/workers.md)."""
