@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from toolpool import (
@@ -224,10 +223,6 @@ async def run_one(
 
 def ids(results: Sequence[ToolResult]) -> list[str]:
     return [r.call_id for r in results]
-
-
-def new_session(coordinator: Coordinator, root: Path) -> Session:
-    return coordinator.open_session(root)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -77,10 +77,6 @@ class CancelToken:
     def source(self) -> CancelSource | None:
         return self._source
 
-    def wait_blocking(self, timeout: float | None = None) -> bool:
-        """Block a thread until cancelled (True) or the timeout passed (False)."""
-        return self._flag.wait(timeout)
-
     async def wait(self) -> CancelSource:
         """Wait on the event loop until the token is cancelled; return its source."""
         if self._event is None:

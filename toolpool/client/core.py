@@ -18,7 +18,6 @@ from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     address: str
-    server_public_key: str | None = None
 
 
 def resolve_endpoint(endpoint: str | None, directory: str | Path | None) -> Endpoint:

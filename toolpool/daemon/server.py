@@ -567,6 +567,7 @@ class Server:
                 "files_read": stats.files_read,
                 "breaker_failures": stats.breaker_failures,
                 "open_breakers": entry.session.breaker.statistics().open,
+                "turn_running": stats.turn_running,
             }
         status: dict[str, Any] = {
             "pid": os.getpid(),

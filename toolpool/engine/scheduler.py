@@ -144,9 +144,6 @@ class TurnScheduler:
     def done(self) -> bool:
         return all(s is CallState.DONE for s in self._state)
 
-    def state(self, index: int) -> CallState:
-        return self._state[index]
-
     def statistics(self) -> SchedulerStatistics:
         return SchedulerStatistics(
             queued=self._state.count(CallState.QUEUED),

@@ -296,15 +296,6 @@ class Turn:
                     started.append((i, self._pipeline.complete(begun)))
         return started
 
-    def statistics(self) -> dict[str, Any]:
-        scheduler = self._scheduler.statistics() if self._scheduler else None
-        return {
-            "id": self.id,
-            "state": self.state.value,
-            "calls": len(self.calls),
-            "scheduler": scheduler,
-        }
-
     def __repr__(self) -> str:
         inner = repr(self._scheduler) if self._scheduler else f"{len(self.calls)} calls"
         return f"<Turn {self.id} {self.state.value} {inner}>"

@@ -142,11 +142,6 @@ class WorkerCgroup:
     def procs_files(self) -> list[Path]:
         return [p / "cgroup.procs" for p in self.dirs.values()]
 
-    def attach(self, pid: int) -> None:
-        """Move ``pid`` into every one of this worker's cgroups."""
-        for path in self.dirs.values():
-            (path / "cgroup.procs").write_text(str(pid))
-
     def _write(self, path: Path, value: str) -> None:
         if self._written.get(path) != value:
             path.write_text(value)
@@ -189,24 +184,6 @@ class WorkerCgroup:
             (path / "cpu.cfs_quota_us").write_text(str(quota))
         else:
             (path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
-
-    def reset_peak_memory(self) -> None:
-        path = self.by_controller.get("memory")
-        if path is None:
-            return
-        target = path / ("memory.max_usage_in_bytes" if self._v1("memory") else "memory.peak")
-        with contextlib.suppress(OSError):
-            target.write_text("0")
-
-    def peak_memory(self) -> int | None:
-        path = self.by_controller.get("memory")
-        if path is None:
-            return None
-        target = path / ("memory.max_usage_in_bytes" if self._v1("memory") else "memory.peak")
-        try:
-            return int(target.read_text())
-        except (OSError, ValueError):
-            return None
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer ended in this group so far."""
@@ -314,10 +291,6 @@ class CallAccounting:
                     with contextlib.suppress(OSError):
                         return self._open(d / name)
         return None
-
-    @property
-    def counts_cpu(self) -> bool:
-        return self._cpu is not None
 
     @property
     def active(self) -> bool:

@@ -10,7 +10,6 @@ import contextlib
 import os
 import secrets
 import stat
-from pathlib import Path
 
 
 def _fsync_directory(dir_fd: int) -> None:
@@ -71,13 +70,3 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes) -> os.stat_result:
         raise
     _fsync_directory(dir_fd)
     return written
-
-
-def write_atomic(path: Path, data: bytes) -> os.stat_result:
-    """``write_atomic_at`` for a trusted full path (not a model's: the tools resolve
-    those with ``paths.open_path``)."""
-    dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        return write_atomic_at(dir_fd, path.name, data)
-    finally:
-        os.close(dir_fd)

@@ -7,8 +7,6 @@ and ``grep`` follow ``.gitignore`` instead, through ripgrep.)
 
 from __future__ import annotations
 
-import os
-
 DEFAULT_IGNORED_DIRS = frozenset(
     {
         ".git",
@@ -24,16 +22,3 @@ DEFAULT_IGNORED_DIRS = frozenset(
         "venv",
     }
 )
-
-
-def skipped_by_default(entry: os.DirEntry[str]) -> bool:
-    """Whether a walk leaves this directory entry out: an ignored directory by name, or
-    a virtual environment under any name (a directory holding ``pyvenv.cfg``)."""
-    try:
-        if not entry.is_dir(follow_symlinks=False):
-            return False
-    except OSError:
-        return False
-    return entry.name in DEFAULT_IGNORED_DIRS or os.path.isfile(
-        os.path.join(entry.path, "pyvenv.cfg")
-    )

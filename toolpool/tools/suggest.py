@@ -102,13 +102,3 @@ def missing_file_message(path: Path, ctx: ToolContext) -> str:
     else:
         message += f" (Its directory {display(path.parent, ctx)} does not exist either.)"
     return message
-
-
-def existing(path: Path, ctx: ToolContext) -> os.stat_result:
-    """``path``'s stat, or a ToolError that says what exists instead."""
-    try:
-        return os.stat(path)
-    except FileNotFoundError:
-        raise ToolError(missing_file_message(path, ctx)) from None
-    except OSError as exc:
-        raise ToolError(f"{display(path, ctx)} cannot be accessed: {exc.strerror}.") from None

@@ -63,7 +63,7 @@ def _line(entry: os.DirEntry[str], dir_fd: int) -> tuple[str, bool]:
 
 
 def skipped_at(entry: os.DirEntry[str], dir_fd: int) -> bool:
-    """ignores.skipped_by_default, by fd: an ignored directory by name, or a virtual
+    """Whether a walk leaves this entry out, by fd: an ignored directory by name, or a virtual
     environment under any name (a directory holding ``pyvenv.cfg``)."""
     try:
         if not entry.is_dir(follow_symlinks=False):

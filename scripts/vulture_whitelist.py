@@ -1,0 +1,22 @@
+"""Names vulture cannot see used (scripts/test runs vulture with this file).
+
+Each is used, but not by a name vulture follows: attributes pyzmq turns into socket
+options, enum members reached by value, the parameters a protocol imposes.
+"""
+
+from toolpool.client import base
+from toolpool.daemon import server
+from toolpool.engine.approvals import GateMode
+from toolpool.function_tool import FunctionTool
+from toolpool.models import ErrorCode
+
+_ = base, server
+_.curve_serverkey  # pyzmq socket options, set as attributes
+_.curve_publickey
+_.curve_secretkey
+_.curve_server
+GateMode.POLICY  # chosen by the string "policy" in a session's options
+ErrorCode.SANDBOX_FAILED  # raised as ToolError(code="sandbox_failed")
+FunctionTool.__wrapped__  # functools.wraps protocol: inspect follows it
+_.tb  # __exit__'s third parameter
+_.signum  # a signal handler's first parameter
