@@ -15,9 +15,11 @@ import pytest
 
 from toolpool.errors import ToolError
 from toolpool.sandbox import command as command_module
-from toolpool.sandbox.command import confined, self_check
+from toolpool.sandbox import mounts, selfcheck
+from toolpool.sandbox.command import confined
 from toolpool.sandbox.policy import Policy, default_deny_read
 from toolpool.sandbox.profile import SandboxProfile
+from toolpool.sandbox.selfcheck import self_check
 from toolpool.tools.bash import bash
 
 from .tool_support import tool_context
@@ -169,7 +171,7 @@ def test_X6_root_secrets_are_hidden_from_commands(workspace: Path, tmp_path: Pat
     # /root is an empty tmpfs but for the mount points of what must stay visible.
     visible = {
         Path(p).relative_to("/root").parts[0]
-        for p in command_module.interpreter_paths()
+        for p in mounts.interpreter_paths()
         if Path(p).is_relative_to("/root")
     }
     assert set(listed.split()) <= visible | {"end"}
@@ -188,7 +190,7 @@ def test_X1_the_interpreter_stays_visible_under_whatever_is_masked(
     workspace: Path, tmp_path: Path
 ) -> None:
     # Given an install whose every path is hidden (as /tmp hides an install under /tmp).
-    masked = list(command_module.interpreter_paths())
+    masked = list(mounts.interpreter_paths())
     policy = Policy(hidden=tuple(masked))
     code = "import sys; print('python runs', sys.version_info[0])"
     with confined(
@@ -248,9 +250,7 @@ def test_X8_seccomp_programs_are_never_files(workspace: Path, tmp_path: Path) ->
 
 def test_self_check_script_is_plain_sh() -> None:
     # The doctor's probe must run under any POSIX sh (dash on Debian).
-    done = subprocess.run(
-        ["sh", "-n", "-c", textwrap.dedent(command_module._SELF_CHECK)], check=False
-    )
+    done = subprocess.run(["sh", "-n", "-c", textwrap.dedent(selfcheck._SELF_CHECK)], check=False)
     assert done.returncode == 0
 
 

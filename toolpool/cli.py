@@ -225,7 +225,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     for line in profile.describe():
         style = "green" if line.startswith("on") else "yellow"
         console.print(f"  [{style}]{line}[/]")
-    from toolpool.sandbox.command import self_check
+    from toolpool.sandbox.selfcheck import self_check
 
     ok, detail = self_check(profile)
     style = "green" if ok else "red"

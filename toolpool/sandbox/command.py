@@ -22,15 +22,14 @@ Each layer is applied when the active profile has it:
   of a call, so it is not used there.
 
 The environment is the policy's allowlist (X9), never the worker's.
+The mount arguments are mounts.py's; the doctor's check of all this is selfcheck.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
-import site
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,13 +37,13 @@ from pathlib import Path
 
 from toolpool.errors import ToolError
 from toolpool.sandbox import confine_exec, seccomp
+from toolpool.sandbox.mounts import PRIVATE_HOME, bwrap_mounts
 from toolpool.sandbox.network import NetworkSetupError, OutboundNetwork
 from toolpool.sandbox.policy import Policy, active_policy
 from toolpool.sandbox.profile import SandboxProfile, active_profile
 
 # Device files every shell writes to; Landlock needs a rule for each.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
-PRIVATE_HOME = "/tmp/home"  # HOME inside the sandbox: on the private /tmp
 DEFAULT_TMP_BYTES = 256 * 1024 * 1024
 NETWORK_SETUP_SECONDS = 10.0  # pasta connecting a network-allowed command's namespace
 
@@ -130,85 +129,6 @@ def _explain(mechanism: str, why: str) -> str:
         "Run `toolpool doctor` to see which confinement mechanism is broken here; "
         "an operator can switch one off with sandbox_disabled = [...]."
     )
-
-
-@functools.cache
-def interpreter_paths() -> tuple[str, ...]:
-    """What a command may need of our own install: the interpreter, its standard
-    library and site-packages, and toolpool itself, as real paths (X1)."""
-    paths = {
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        os.path.dirname(os.path.realpath(sys.executable)),
-        os.path.dirname(sys.executable),
-        str(Path(confine_exec.__file__).resolve().parent.parent),  # the toolpool package
-        *site.getsitepackages(),
-    }
-    return tuple(sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}))
-
-
-@functools.lru_cache(maxsize=64)
-def _real(path: str) -> str:
-    """realpath, once per worker: the hidden paths are the operator's, not the model's."""
-    return os.path.realpath(path)
-
-
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
-def _strictly_under(path: str, others: Sequence[str]) -> bool:
-    return any(path != o and _under(path, o) for o in others)
-
-
-def _masked(policy: Policy) -> list[str]:
-    """Paths replaced by an empty tmpfs (directories) or /dev/null (files), but none
-    inside another (what a mask covers is gone already)."""
-    masked = [p for p in policy.hidden if os.path.lexists(p)]
-    if policy.private_run:
-        masked += [p for p in ("/run", "/var/run") if os.path.isdir(p)]
-    masks = list(dict.fromkeys(_real(p) for p in masked))
-    return [m for m in masks if not _strictly_under(m, masks)]
-
-
-def bwrap_mounts(roots: Sequence[Path], policy: Policy, tmp_bytes: int) -> list[str]:
-    """bubblewrap's mount arguments. Order matters: masks of paths that contain a
-    root go first, then what must stay visible under a mask (the interpreter, the
-    resolver configuration), then the roots, then masks inside the roots."""
-    real_roots = [os.path.realpath(r) for r in roots]
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
-    args += ["--dir", PRIVATE_HOME]
-    masks = _masked(policy)
-    outer = [m for m in masks if not any(_under(m, r) for r in real_roots)]
-    inner = [m for m in masks if m not in outer and m not in real_roots]
-    directories = {m for m in masks if os.path.isdir(m)}
-    for mask in outer:
-        args += _mask(mask, mask in directories)
-    # Whatever a mask (or the private /tmp) covers but the command needs, back again.
-    covering = ["/tmp", *outer]
-    keep = [p for p in interpreter_paths() if any(_under(p, c) for c in covering)]
-    resolv = _real("/etc/resolv.conf")
-    if _strictly_under(resolv, covering) and os.path.exists(resolv):
-        keep.append(resolv)
-    for path in keep:
-        if not _strictly_under(path, keep):  # a bind brings what lies under it along
-            args += ["--ro-bind", path, path]
-    for root in real_roots:
-        args += ["--bind", root, root]
-    for mask in inner:
-        args += _mask(mask, mask in directories)
-    # Read-only only once everything under the masks is mounted.
-    return args + [a for m in [*outer, *inner] if m in directories for a in ("--remount-ro", m)]
-
-
-def _mask(path: str, directory: bool) -> list[str]:
-    """An empty directory, or a file that cannot be opened (/dev/null on a nodev
-    mount: "Permission denied")."""
-    if directory:
-        return ["--perms", "0755", "--tmpfs", path]
-    return ["--ro-bind", "/dev/null", path]
 
 
 def _bwrap(
@@ -339,69 +259,3 @@ def confined(
         raise
     finally:
         box._close_inherited()
-
-
-# A command that reports what a confined process sees: its capabilities, whether the
-# private /tmp and /run are in place, and whether it can write outside the workspace.
-_SELF_CHECK = r"""
-caps=$(grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u | tr '\n' ' ')
-echo "caps=$caps"
-echo "tmp=$(ls -A /tmp | tr '\n' ' ')"
-touch /toolpool-doctor-probe 2>/dev/null && echo "root=writable" || echo "root=readonly"
-echo ok > probe && echo "workspace=writable"
-"""
-
-
-def self_check(
-    profile: SandboxProfile | None = None, policy: Policy | None = None
-) -> tuple[bool, str]:
-    """Run one real confined command and say whether it ran confined (X1): the
-    ``doctor`` and the daemon's start-up check. (ok, what it saw or why it failed)."""
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="toolpool-doctor-") as directory:
-        workspace = Path(directory)
-        with confined(
-            ["sh", "-c", _SELF_CHECK], workspace=workspace, profile=profile, policy=policy
-        ) as box:
-            try:
-                process = subprocess.Popen(
-                    box.argv,
-                    cwd=workspace,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=box.pass_fds,
-                    env=box.env,
-                )
-            except OSError as exc:
-                return False, f"cannot start {box.argv[0]}: {exc}"
-            box.started()
-            try:
-                out, _ = process.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-                return False, "the confined command did not finish within 30 s"
-        text = out.decode(errors="replace")
-        failure = box.failure(process.returncode, text)
-        if failure is not None:
-            return False, failure
-        seen = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        layers = ", ".join(box.layers) or "no layer"
-        problems = []
-        if seen.get("workspace") != "writable":
-            problems.append("the workspace was not writable")
-        confined_writes = "bwrap" in box.layers or "landlock" in box.layers
-        if confined_writes and seen.get("root") != "readonly":
-            problems.append("a path outside the workspace was writable")
-        if seen.get("caps", "").split() != ["0000000000000000"] and (
-            "bwrap" in box.layers or "no capabilities" in box.layers
-        ):
-            problems.append(f"capabilities left: {seen.get('caps', '?').strip()}")
-        if process.returncode != 0:
-            problems.append(f"it exited with status {process.returncode}: {text.strip()[-200:]}")
-        if problems:
-            return False, "; ".join(problems)
-        return True, f"a confined command ran ({layers})"

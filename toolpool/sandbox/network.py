@@ -9,6 +9,7 @@ interfaces) gets a ``prohibit`` policy rule inside the namespace, installed befo
 the command starts (the command has no capabilities and cannot remove it).
 A resolver on loopback or on this host's own address is reached through one pasta
 DNS forward, and the command sees an /etc/resolv.conf naming the forwarded address.
+What this host's addresses and resolver are is hostnet.py; the rules, netlink.py.
 
     net = OutboundNetwork()
     argv = ["bwrap", ..., *net.bwrap_args(), "--", *command]   # after --ro-bind / /
@@ -23,113 +24,22 @@ DNS forward, and the command sees an /etc/resolv.conf naming the forwarded addre
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ipaddress
 import json
 import os
 import select
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from toolpool.errors import ToolpoolError
+from toolpool.sandbox.hostnet import DNS_FORWARD_ADDRESS, HostNetwork
+from toolpool.sandbox.netlink import RULE_PRIORITY, NetworkSetupError, add_prohibit_rules
 
-CLONE_NEWNET = 0x40000000
-# Queries sent to this address are forwarded by pasta to a resolver of this host that
-# the namespace cannot reach directly (loopback, or one of this host's addresses).
-DNS_FORWARD_ADDRESS = "169.254.0.53"
-_RULE_PRIORITY = 5
 _FIX = "install Debian package passt (apt-get install passt)"
 
-_IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-_IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class NetworkSetupError(ToolpoolError):
-    """The outbound-only network namespace of a command could not be set up."""
-
-
-@dataclass(frozen=True, slots=True)
-class HostNetwork:
-    """What the namespace must not reach, and how names are resolved."""
-
-    local: tuple[_IPNetwork, ...]  # this host's addresses, loopback excluded
-    resolv_conf: str
-    dns_host: _IPAddress | None  # a resolver only this host can reach, if any
-
-    @classmethod
-    def read(cls) -> HostNetwork:
-        """The addresses of the calling process's network namespace (the host's)."""
-        local = [n for n in (*_local_ipv4(), *_local_ipv6()) if not n.network_address.is_loopback]
-        try:
-            resolv = Path("/etc/resolv.conf").read_text()
-        except OSError:
-            resolv = ""
-        # pasta forwards the queries to the first nameserver of the host's resolv.conf.
-        servers = _nameservers(resolv)[:1]
-        dns_host = None
-        for server in servers:
-            if server.is_loopback or any(
-                server.version == n.version and server in n for n in local
-            ):
-                dns_host = server if server.version == 4 else None
-        return cls(tuple(dict.fromkeys(local)), resolv, dns_host)
-
-    def resolv_conf_inside(self) -> str | None:
-        """The resolv.conf the command must see, or None to keep the host's."""
-        if self.dns_host is None:
-            return None
-        lines = [ln for ln in self.resolv_conf.splitlines() if ln.split()[:1] != ["nameserver"]]
-        return "\n".join([f"nameserver {DNS_FORWARD_ADDRESS}", *lines]) + "\n"
-
-
-def _local_ipv4() -> list[_IPNetwork]:
-    """The local routes of /proc/net/fib_trie: one line names an address, the next
-    says ``/32 host LOCAL``."""
-    found: list[_IPNetwork] = []
-    try:
-        text = Path("/proc/net/fib_trie").read_text()
-    except OSError:
-        return found
-    last = ""
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) == 2 and words[0] in ("|--", "+--"):
-            last = words[1]
-        elif len(words) == 3 and words[1:] == ["host", "LOCAL"] and words[0].startswith("/"):
-            with contextlib.suppress(ValueError):
-                found.append(ipaddress.ip_network(f"{last}{words[0]}", strict=False))
-    return found
-
-
-def _local_ipv6() -> list[_IPNetwork]:
-    found: list[_IPNetwork] = []
-    try:
-        text = Path("/proc/net/if_inet6").read_text()
-    except OSError:
-        return found
-    for line in text.splitlines():
-        words = line.split()
-        if words and len(words[0]) == 32:
-            found.append(ipaddress.ip_network((int(words[0], 16), 128)))
-    return found
-
-
-def _nameservers(resolv: str) -> list[_IPAddress]:
-    servers: list[_IPAddress] = []
-    for line in resolv.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == "nameserver":
-            with contextlib.suppress(ValueError):
-                servers.append(ipaddress.ip_address(words[1].split("%")[0]))
-    return servers
+__all__ = ["DNS_FORWARD_ADDRESS", "HostNetwork", "NetworkSetupError", "OutboundNetwork", "probe"]
 
 
 class OutboundNetwork:
@@ -248,7 +158,7 @@ class OutboundNetwork:
             return
         if same_userns or os.geteuid() == 0:
             # Root may enter a namespace that a child user namespace owns: no process.
-            _add_prohibit_rules(self._ns_fds[0], nets)
+            add_prohibit_rules(self._ns_fds[0], nets)
             return
         # Another user namespace (unprivileged bubblewrap): only a single-threaded
         # process may enter it, so let nsenter run ip there (one -batch per family).
@@ -260,7 +170,7 @@ class OutboundNetwork:
         script = ""
         for version in (4, 6):
             rules = [
-                f"rule add to {n} prohibit pref {_RULE_PRIORITY}\n"
+                f"rule add to {n} prohibit pref {RULE_PRIORITY}\n"
                 for n in nets
                 if n.version == version
             ]
@@ -356,73 +266,6 @@ def _has_default(path: str, version: int) -> bool:
         if default and device != "lo":
             return True
     return False
-
-
-# -- prohibit rules over rtnetlink ---------------------------------------------------------
-
-_RTM_NEWRULE = 32
-_NLMSG_ERROR = 2
-_NLM_F_REQUEST, _NLM_F_ACK, _NLM_F_EXCL, _NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
-_FRA_DST, _FRA_PRIORITY = 1, 6
-_FR_ACT_PROHIBIT = 8
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
-    return raw + b"\0" * (-len(raw) % 4)
-
-
-def _rule_message(net: _IPNetwork, seq: int) -> bytes:
-    family = socket.AF_INET if net.version == 4 else socket.AF_INET6
-    header = struct.pack("=BBBBBBBBI", family, net.prefixlen, 0, 0, 0, 0, 0, _FR_ACT_PROHIBIT, 0)
-    body = header + _attr(_FRA_DST, net.network_address.packed)
-    body += _attr(_FRA_PRIORITY, struct.pack("=I", _RULE_PRIORITY))
-    flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL
-    return struct.pack("=IHHII", 16 + len(body), _RTM_NEWRULE, flags, seq, 0) + body
-
-
-def _netlink_in(netns_fd: int) -> socket.socket:
-    """An rtnetlink socket of the namespace ``netns_fd``: a thread of its own enters
-    it, opens the socket, and ends (only that thread ever changes namespace)."""
-    made: list[socket.socket | BaseException] = []
-
-    def enter() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        try:
-            if libc.setns(netns_fd, CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns: {os.strerror(err)}")
-            made.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE))
-        except BaseException as exc:
-            made.append(exc)
-
-    thread = threading.Thread(target=enter, name="toolpool-netns")
-    thread.start()
-    thread.join()
-    if isinstance(made[0], BaseException):
-        raise NetworkSetupError(f"cannot enter the command's network namespace: {made[0]}")
-    return made[0]
-
-
-def _add_prohibit_rules(netns_fd: int, nets: Iterable[_IPNetwork]) -> None:
-    messages = [_rule_message(net, seq) for seq, net in enumerate(nets, start=1)]
-    with _netlink_in(netns_fd) as sock:
-        sock.sendall(b"".join(messages))
-        pending = set(range(1, len(messages) + 1))
-        while pending:
-            data = sock.recv(65536)
-            offset = 0
-            while offset + 16 <= len(data):
-                length, kind, _, seq, _ = struct.unpack_from("=IHHII", data, offset)
-                if kind == _NLMSG_ERROR:
-                    (error,) = struct.unpack_from("=i", data, offset + 16)
-                    if error != 0:
-                        why = os.strerror(-error)
-                        raise NetworkSetupError(
-                            f"cannot add a prohibit rule in the namespace: {why}"
-                        )
-                    pending.discard(seq)
-                offset += max(length + (-length % 4), 16)
 
 
 # -- probe -------------------------------------------------------------------------------

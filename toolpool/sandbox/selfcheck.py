@@ -1,0 +1,80 @@
+"""The doctor's check that confinement works here: one real confined command (X1).
+
+    ok, detail = self_check(profile)   # (ok, what it saw or why it failed)
+
+The command reports its capabilities, whether the private /tmp is in place, and
+whether it can write outside the workspace; any of those wrong is a failure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolpool.sandbox.command import confined
+from toolpool.sandbox.policy import Policy
+from toolpool.sandbox.profile import SandboxProfile
+
+# A command that reports what a confined process sees: its capabilities, whether the
+# private /tmp and /run are in place, and whether it can write outside the workspace.
+_SELF_CHECK = r"""
+caps=$(grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u | tr '\n' ' ')
+echo "caps=$caps"
+echo "tmp=$(ls -A /tmp | tr '\n' ' ')"
+touch /toolpool-doctor-probe 2>/dev/null && echo "root=writable" || echo "root=readonly"
+echo ok > probe && echo "workspace=writable"
+"""
+
+
+def self_check(
+    profile: SandboxProfile | None = None, policy: Policy | None = None
+) -> tuple[bool, str]:
+    """Run one real confined command and say whether it ran confined (X1): the
+    ``doctor`` and the daemon's start-up check. (ok, what it saw or why it failed)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolpool-doctor-") as directory:
+        workspace = Path(directory)
+        with confined(
+            ["sh", "-c", _SELF_CHECK], workspace=workspace, profile=profile, policy=policy
+        ) as box:
+            try:
+                process = subprocess.Popen(
+                    box.argv,
+                    cwd=workspace,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=box.pass_fds,
+                    env=box.env,
+                )
+            except OSError as exc:
+                return False, f"cannot start {box.argv[0]}: {exc}"
+            box.started()
+            try:
+                out, _ = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                return False, "the confined command did not finish within 30 s"
+        text = out.decode(errors="replace")
+        failure = box.failure(process.returncode, text)
+        if failure is not None:
+            return False, failure
+        seen = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        layers = ", ".join(box.layers) or "no layer"
+        problems = []
+        if seen.get("workspace") != "writable":
+            problems.append("the workspace was not writable")
+        confined_writes = "bwrap" in box.layers or "landlock" in box.layers
+        if confined_writes and seen.get("root") != "readonly":
+            problems.append("a path outside the workspace was writable")
+        if seen.get("caps", "").split() != ["0000000000000000"] and (
+            "bwrap" in box.layers or "no capabilities" in box.layers
+        ):
+            problems.append(f"capabilities left: {seen.get('caps', '?').strip()}")
+        if process.returncode != 0:
+            problems.append(f"it exited with status {process.returncode}: {text.strip()[-200:]}")
+        if problems:
+            return False, "; ".join(problems)
+        return True, f"a confined command ran ({layers})"
