@@ -40,7 +40,7 @@ from toolpool import ToolCall
 from toolpool.cancel import CancelToken
 from toolpool.engine import Coordinator, InProcessExecutor
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
-from toolpool.protocol import Execute, Result, encode
+from toolpool.protocol import CallContext, CallStatus, Execute, Result, encode
 from toolpool.sandbox import Limits
 
 
@@ -59,10 +59,16 @@ async def floor(calls: int, runtime: Path) -> list[float]:
     """Raw ROUTER ↔ DEALER round trips with a call's frames, to a separate process."""
     request = encode(
         Execute(
-            "c1", "bench_noop", {}, {"workspace": "/tmp", "session_id": "s"}, Limits().to_dict()
+            "c1",
+            "bench_noop",
+            {},
+            CallContext(workspace="/tmp", session_id="s"),
+            Limits().to_dict(),
         )
     )
-    reply = encode(Result("c1", "ok", {"call_id": "c1", "tool_name": "bench_noop", "content": []}))
+    reply = encode(
+        Result("c1", CallStatus.OK, {"call_id": "c1", "tool_name": "bench_noop", "content": []})
+    )
     endpoint = f"ipc://{runtime}/floor.sock"
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
@@ -93,7 +99,8 @@ async def measure(calls: int) -> dict[str, list[float]]:
         os.environ["PYTHONPATH"] = env()["PYTHONPATH"]  # the workers import bench.tools
         config = PoolConfig(min_workers=1, max_workers=1, tool_modules=("bench.tools",))
         async with WorkerPool(config) as pool:
-            execute = Execute("c1", "bench_noop", {}, {"workspace": tmp, "session_id": "s"}, {})
+            context = CallContext(workspace=tmp, session_id="s")
+            execute = Execute("c1", "bench_noop", {}, context, {})
             limits = Limits()
 
             async def pool_once() -> None:

@@ -24,7 +24,7 @@ from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
 from toolpool.cancel import CancelToken
 from toolpool.engine import Coordinator
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
-from toolpool.protocol import Execute
+from toolpool.protocol import CallContext, Execute
 from toolpool.sandbox import Limits, SandboxProfile
 from toolpool.sandbox.limits import MiB
 
@@ -445,7 +445,7 @@ async def test_D2_a_cancelled_waiter_leaves_the_queue_and_the_worker_serves_othe
         coordinator.open_session(workspace), [ToolCall("a", "chore", {"seconds": 0.5})]
     )
     await until(lambda: pool.statistics().workers["busy"] == 1)
-    context = {"session_id": "s", "workspace": str(workspace), "extra_roots": []}
+    context = CallContext(session_id="s", workspace=str(workspace))
     waiter = asyncio.ensure_future(
         pool.run(
             Execute("b", "nap", {"seconds": 60}, context, LIMITS.to_dict(), {}),

@@ -10,16 +10,24 @@ import pytest
 
 from toolpool.protocol import (
     MAX_FRAME_BYTES,
+    MESSAGE_CLASSES,
     PROTOCOL_VERSION,
+    Accepted,
     BridgeReady,
+    CallContext,
+    CallStatus,
+    Error,
     Execute,
     Exited,
+    FailureCode,
     Heartbeat,
+    Hello,
     McpCall,
     McpCancel,
     McpProgress,
     McpResult,
     Message,
+    MessageType,
     Progress,
     ProtocolError,
     Ready,
@@ -27,6 +35,10 @@ from toolpool.protocol import (
     Shutdown,
     Spawn,
     Spawned,
+    Steer,
+    SteerAction,
+    Submit,
+    TurnEvent,
     decode,
     encode,
     read_frame,
@@ -39,13 +51,14 @@ MESSAGES: list[Message] = [
         "c1",
         "read",
         {"path": "a.txt", "n": [1, None, {"k": 1.5}]},
-        {"workspace": "/w", "extra_roots": []},
+        CallContext(workspace="/w", session_id="s1", extra_roots=("/r",), scratch_dir="/tmp/s"),
         {"wall_seconds": 3.0},
         {"/w/a.txt": {"mtime_ns": 1, "partial": False}},
     ),
     Progress("c1", {"lines": 3}),
     Progress("c1", "chunk of output\n"),
-    Result("c1", "ok", {"call_id": "c1"}, {"wall_seconds": 0.1}, {"/w/a.txt": None}),
+    Result("c1", CallStatus.OK, {"call_id": "c1"}, {"wall_seconds": 0.1}, {"/w/a.txt": None}),
+    Result("c2", CallStatus.CANCELLED, {"call_id": "c2"}),
     Heartbeat("w1", 35_000_000),
     Shutdown("retired"),
     Spawn("w2", {"endpoint": "ipc:///x"}),
@@ -60,6 +73,13 @@ MESSAGES: list[Message] = [
     McpResult("c1", [{"type": "image", "data": "iVBO", "mimeType": "image/png"}]),
     McpResult("c1", [{"type": "text", "text": "no such file"}], is_error=True),
     McpCancel("c1"),
+    Hello("r1", client="test"),
+    Submit("r2", "s1", [{"id": "a", "name": "read", "arguments": {}}], open=True),
+    Accepted("r2", "t1", ["a"]),
+    TurnEvent("t1", [{"type": "turn_end", "results": []}]),
+    Steer("r3", "s1", SteerAction.INTERRUPT),
+    Error("r4", FailureCode.UNKNOWN_SESSION, "no session 's9'"),
+    Error(None, FailureCode.PROTOCOL, "unreadable"),
 ]
 
 
@@ -88,6 +108,70 @@ def test_ready_carries_the_protocol_version() -> None:
         (msgpack.packb({1: 2}), "not a msgpack frame"),  # non-string keys refused
         (msgpack.packb({"t": "mcp_result", "call_id": "c", "content": "x"}), "is a str"),
         (msgpack.packb({"t": "mcp_progress", "call_id": "c", "progress": "1"}), "is a str"),
+        (msgpack.packb({"t": "result", "call_id": "c", "status": "fine", "result": {}}), "not one"),
+        (msgpack.packb({"t": "result", "call_id": "c", "status": 1, "result": {}}), "is a int"),
+        (
+            msgpack.packb(
+                {"t": "result", "call_id": "c", "status": "ok", "result": {}, "stamps": {"p": 1}}
+            ),
+            r"result.stamps\['p'\] is a int, not dict",
+        ),
+        (
+            msgpack.packb(
+                {
+                    "t": "execute",
+                    "call_id": "c",
+                    "tool": "t",
+                    "arguments": {},
+                    "limits": {},
+                    "context": [],
+                }
+            ),
+            "execute.context is a list, not CallContext",
+        ),
+        (
+            msgpack.packb(
+                {
+                    "t": "execute",
+                    "call_id": "c",
+                    "tool": "t",
+                    "arguments": {},
+                    "limits": {},
+                    "context": {"workspace": 1},
+                }
+            ),
+            "execute.context.workspace is a int, not str",
+        ),
+        (
+            msgpack.packb(
+                {
+                    "t": "execute",
+                    "call_id": "c",
+                    "tool": "t",
+                    "arguments": {},
+                    "limits": {},
+                    "context": {"extra_roots": []},
+                }
+            ),
+            "bad execute.context: .*workspace",
+        ),
+        (
+            msgpack.packb(
+                {
+                    "t": "execute",
+                    "call_id": "c",
+                    "tool": "t",
+                    "arguments": {},
+                    "limits": {},
+                    "context": {"workspace": "/w", "extra_roots": [3]},
+                }
+            ),
+            r"execute.context.extra_roots\[0\] is a int, not str",
+        ),
+        (
+            msgpack.packb({"t": "accepted", "request_id": "r", "turn_id": "t", "call_ids": [1]}),
+            "is a int",
+        ),
     ],
 )
 def test_bad_bytes_raise_protocol_error(frame: Any, problem: str) -> None:
@@ -136,3 +220,45 @@ def test_short_reads_are_continued() -> None:
     stream = io.BytesIO()
     write_frame(stream, MESSAGES[1])
     assert read_frame(Trickle(stream.getvalue())) == MESSAGES[1]  # type: ignore[arg-type]
+
+
+def test_the_table_is_the_message_union_and_covers_every_type() -> None:
+    assert set(MESSAGE_CLASSES) == {kind.value for kind in MessageType}
+    assert all(cls.type.value == name for name, cls in MESSAGE_CLASSES.items())
+
+
+def test_states_travel_as_their_strings_and_come_back_as_members() -> None:
+    # The bytes are the ones a plain string gives (wire compatible with v1 peers).
+    plain = {"t": "steer", "request_id": "r", "session_id": "s", "action": "abort"}
+    assert encode(Steer("r", "s", SteerAction.ABORT)) == msgpack.packb(plain)
+    steer = decode(msgpack.packb(plain))
+    assert isinstance(steer, Steer) and steer.action is SteerAction.ABORT
+    result = decode(encode(Result("c", CallStatus.ERROR, {})))
+    assert isinstance(result, Result) and result.status is CallStatus.ERROR
+
+
+def test_the_call_context_is_a_map_on_the_wire() -> None:
+    context = CallContext(workspace="/w", session_id="s", extra_roots=("/a", "/b"))
+    frame = msgpack.unpackb(encode(Execute("c", "t", {}, context, {})))
+    assert frame["context"] == {
+        "workspace": "/w",
+        "session_id": "s",
+        "extra_roots": ["/a", "/b"],
+        "allow_network": False,
+        "scratch_dir": None,
+    }
+    # A peer that leaves out the optional fields is read with their defaults.
+    minimal = {"t": "execute", "call_id": "c", "tool": "t", "arguments": {}, "limits": {}}
+    decoded = decode(msgpack.packb({**minimal, "context": {"workspace": "/w"}}))
+    assert isinstance(decoded, Execute)
+    assert decoded.context == CallContext(workspace="/w")
+
+
+def test_an_unreadable_request_keeps_its_id_for_the_answer() -> None:
+    bad = {"t": "steer", "request_id": "r7", "session_id": "s", "action": "dance"}
+    with pytest.raises(ProtocolError, match=r"steer\.action is 'dance', not one of") as caught:
+        decode(msgpack.packb(bad))
+    assert caught.value.request_id == "r7"
+    with pytest.raises(ProtocolError) as unnamed:
+        decode(msgpack.packb({"t": "ready", "worker_id": 7, "pid": 1}))
+    assert unnamed.value.request_id is None

@@ -29,6 +29,7 @@ from toolpool.client.core import ApprovalRequested, TurnItem, results_as
 from toolpool.client.errors import DaemonUnavailable
 from toolpool.client.operation import Deferred, Operation
 from toolpool.models import ToolResult
+from toolpool.protocol import SteerAction
 
 T = TypeVar("T")
 AsyncApprovalHandler = Callable[[ApprovalRequested], Any | Awaitable[Any]]
@@ -229,10 +230,10 @@ class AsyncSession(SessionBase[AsyncClient]):
         return AsyncTurn(self, await self.client._run(submitting))
 
     async def interrupt(self) -> None:
-        await self.client._run(self._conn.steer(self.id, "interrupt"))
+        await self.client._run(self._conn.steer(self.id, SteerAction.INTERRUPT))
 
     async def abort(self) -> None:
-        await self.client._run(self._conn.steer(self.id, "abort"))
+        await self.client._run(self._conn.steer(self.id, SteerAction.ABORT))
 
     async def close(self) -> None:
         """End the session in the daemon; best effort, as for the blocking client."""

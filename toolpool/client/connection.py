@@ -201,7 +201,7 @@ class Connection:
 
         return self._request(message, accepted)
 
-    def steer(self, session_id: str, action: str) -> Operation[None]:
+    def steer(self, session_id: str, action: wire.SteerAction) -> Operation[None]:
         return self._request(wire.Steer(self._next_id(), session_id, action), _nothing)
 
     def append(self, log: TurnLog, calls: Any, format: str | None) -> Operation[list[str]]:

@@ -44,6 +44,7 @@ from toolpool.protocol import (
     CloseSession,
     EndTurn,
     Error,
+    FailureCode,
     Hello,
     Message,
     OpenSession,
@@ -53,6 +54,7 @@ from toolpool.protocol import (
     SessionOpened,
     Status,
     Steer,
+    SteerAction,
     Submit,
     Tools,
     TurnEvent,
@@ -82,7 +84,7 @@ SESSION_OPTIONS = {
 
 
 class BadRequest(Exception):  # internal control flow: becomes an Error reply
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: FailureCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -265,13 +267,13 @@ class Server:
         address: Address = (index, frames[0])
         if len(frames) != 2:
             log.warning("dropped a message of %d frames", len(frames))
-            self.send(address, Error(None, "protocol", "expected one frame per message"))
+            self.send(address, Error(None, FailureCode.PROTOCOL, "expected one frame per message"))
             return
         try:
             message = decode(frames[1])
         except ProtocolError as exc:
             log.warning("bad frame: %s", exc, extra={"client": address[1].hex()})
-            self.send(address, Error(None, "protocol", str(exc)))
+            self.send(address, Error(exc.request_id, FailureCode.PROTOCOL, str(exc)))
             return
         try:
             self.handle(address, message)
@@ -279,7 +281,7 @@ class Server:
             self.send(address, Error(_request_id(message), exc.code, exc.message))
         except Exception as exc:
             log.exception("failed on a %s", message.type.value)
-            self.send(address, Error(_request_id(message), "internal", repr(exc)))
+            self.send(address, Error(_request_id(message), FailureCode.INTERNAL, repr(exc)))
 
     async def _ping(self) -> None:
         """Find clients that went away without a Bye: a send to them fails."""
@@ -296,7 +298,9 @@ class Server:
             return
         client = self.clients.get(address)
         if client is None:
-            raise BadRequest("protocol", "say hello first (the handshake checks versions)")
+            raise BadRequest(
+                FailureCode.PROTOCOL, "say hello first (the handshake checks versions)"
+            )
         match message:
             case OpenSession():
                 self._open(client, message)
@@ -317,12 +321,14 @@ class Server:
             case Bye():
                 self.forget_client(address)
             case _:
-                raise BadRequest("protocol", f"a client does not send {message.type.value}")
+                raise BadRequest(
+                    FailureCode.PROTOCOL, f"a client does not send {message.type.value}"
+                )
 
     def _hello(self, address: Address, message: Hello) -> None:
         if message.version != PROTOCOL_VERSION:
             raise BadRequest(
-                "version",
+                FailureCode.VERSION,
                 f"the daemon speaks protocol {PROTOCOL_VERSION}, the client {message.version}",
             )
         self.clients.setdefault(address, ClientState(address, message.client))
@@ -334,7 +340,7 @@ class Server:
         entry = self.sessions.get(session_id)
         if entry is None or entry.owner != client.address:
             raise BadRequest(
-                "unknown_session",
+                FailureCode.UNKNOWN_SESSION,
                 f"no session {session_id!r} (never opened, closed, or another client's)",
             )
         return entry
@@ -343,7 +349,7 @@ class Server:
         options = dict(message.options)
         unknown = set(options) - SESSION_OPTIONS
         if unknown:
-            raise BadRequest("bad_request", f"unknown session options {sorted(unknown)}")
+            raise BadRequest(FailureCode.BAD_REQUEST, f"unknown session options {sorted(unknown)}")
         try:
             mode = GateMode(options.get("gate", "allow"))
             rules = parse_policy(options.get("policy", []))
@@ -357,7 +363,7 @@ class Server:
                 limits=limits,
             )
         except (ValueError, TypeError, OSError) as exc:
-            raise BadRequest("bad_request", str(exc)) from None
+            raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         timeout = float(options.get("approval_timeout", self.approval_timeout))
         entry = SessionEntry(
             session, client.address, None, timeout, options.get("max_tool_concurrency")
@@ -405,10 +411,10 @@ class Server:
         try:
             calls = parse_tool_calls(payload, format)
         except ValueError as exc:
-            raise BadRequest("bad_request", f"cannot read the calls: {exc}") from None
+            raise BadRequest(FailureCode.BAD_REQUEST, f"cannot read the calls: {exc}") from None
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
-            raise BadRequest("bad_request", "call ids within a turn must be unique")
+            raise BadRequest(FailureCode.BAD_REQUEST, "call ids within a turn must be unique")
         return calls
 
     def _turn_request(self, client: ClientState, message: Append | CancelCall | EndTurn) -> None:
@@ -422,7 +428,9 @@ class Server:
             None,
         )
         if found is None:
-            raise BadRequest("unknown_turn", f"no running turn {message.turn_id!r} of yours")
+            raise BadRequest(
+                FailureCode.UNKNOWN_TURN, f"no running turn {message.turn_id!r} of yours"
+            )
         entry, turn = found
         data: Any = None
         match message:
@@ -431,21 +439,21 @@ class Server:
                 try:
                     turn.add(calls)
                 except ValueError as exc:
-                    raise BadRequest("bad_request", str(exc)) from None
+                    raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
                 entry.turn_of_call.update(dict.fromkeys((c.id for c in calls), turn.id))
                 data = {"call_ids": [c.id for c in calls]}
             case CancelCall():
                 try:
                     turn.cancel(message.call_id)
                 except KeyError as exc:
-                    raise BadRequest("bad_request", str(exc.args[0])) from None
+                    raise BadRequest(FailureCode.BAD_REQUEST, str(exc.args[0])) from None
             case EndTurn():
                 turn.close()
         self.send(client.address, Reply(message.request_id, data))
 
     def _submit(self, client: ClientState, message: Submit) -> None:
         if self.draining:
-            raise BadRequest("shutting_down", "the daemon is shutting down; no new turns")
+            raise BadRequest(FailureCode.SHUTTING_DOWN, "the daemon is shutting down; no new turns")
         entry = self._entry(client, message.session_id)
         calls = self._calls(message.calls, message.format)
         ids = [c.id for c in calls]
@@ -488,13 +496,13 @@ class Server:
 
     def _steer(self, client: ClientState, message: Steer) -> None:
         entry = self._entry(client, message.session_id)
-        if message.action not in ("interrupt", "abort"):
-            raise BadRequest(
-                "bad_request", f"steer action must be interrupt or abort, not {message.action!r}"
-            )
         for turn in list(entry.turns.values()):
-            turn.interrupt() if message.action == "interrupt" else turn.abort()
-        log.info("%s", message.action, extra={"session": entry.session.id})
+            match message.action:
+                case SteerAction.INTERRUPT:
+                    turn.interrupt()
+                case SteerAction.ABORT:
+                    turn.abort()
+        log.info("%s", message.action.value, extra={"session": entry.session.id})
         self.send(client.address, Reply(message.request_id))
 
     # -- approvals -------------------------------------------------------------------------
@@ -597,7 +605,7 @@ class Server:
         try:
             return definitions(specs, format)
         except ValueError as exc:
-            raise BadRequest("bad_request", str(exc)) from None
+            raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
 
 
 def _request_id(message: Message) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 from toolpool.cancel import CancelToken
 from toolpool.pool.planner import CallEnd
 from toolpool.pool.processes import WorkerProcesses
-from toolpool.pool.workers import Flight, PoolOutcome, Worker
+from toolpool.pool.workers import Escalation, Flight, OutcomeStatus, PoolOutcome, Worker
 from toolpool.protocol import Result
 from toolpool.sandbox.limits import Limits
 
@@ -65,20 +65,22 @@ async def await_call(
         return_when=asyncio.FIRST_COMPLETED,
     )
     if flight.result.done():
-        outcome = answered(worker, flight.result.result(), escalation="answered")
+        outcome = answered(worker, flight.result.result(), Escalation.ANSWERED)
     elif worker.exited.done():
         return lost(worker, limits), True
     else:
         why = "it ran past its wall time" if past_wall_time else "it did not stop when cancelled"
         await processes.terminate([worker], f"{why} and was killed")
-        outcome = PoolOutcome("cancelled", escalation="killed", worker_id=worker.id)
+        outcome = PoolOutcome(
+            OutcomeStatus.CANCELLED, escalation=Escalation.KILLED, worker_id=worker.id
+        )
     return (overran(outcome, limits) if past_wall_time else outcome), True
 
 
-def answered(worker: Worker, result: Result, escalation: str | None = None) -> PoolOutcome:
+def answered(worker: Worker, result: Result, escalation: Escalation | None = None) -> PoolOutcome:
     """The outcome of a call whose worker sent its ``Result``."""
     return PoolOutcome(
-        result.status,
+        OutcomeStatus(result.status.value),
         result.result,
         result.usage,
         result.stamps,
@@ -94,19 +96,19 @@ def lost(worker: Worker, limits: Limits) -> PoolOutcome:
         # The kernel's OOM killer ended the worker itself: the call met its memory
         # limit (X7), which is no crash of the worker.
         return PoolOutcome(
-            "limit",
+            OutcomeStatus.LIMIT,
             cause=f"memory limit (memory_bytes = {limits.memory_bytes})",
             worker_id=worker.id,
         )
-    return PoolOutcome("lost", cause=exit_.describe(), worker_id=worker.id)
+    return PoolOutcome(OutcomeStatus.LOST, cause=exit_.describe(), worker_id=worker.id)
 
 
 def overran(outcome: PoolOutcome, limits: Limits) -> PoolOutcome:
     """A call stopped because it ran past its wall time: a limit, however it ended."""
-    if outcome.status not in ("cancelled", "error"):
+    if outcome.status not in (OutcomeStatus.CANCELLED, OutcomeStatus.ERROR):
         return outcome
     return PoolOutcome(
-        "limit",
+        OutcomeStatus.LIMIT,
         usage=outcome.usage,
         cause=f"wall time limit of {limits.wall_seconds:g} s",
         escalation=outcome.escalation,
@@ -118,7 +120,7 @@ def call_end(outcome: PoolOutcome, stopped: bool) -> CallEnd:
     result = outcome.result or {}
     return CallEnd(
         stopped=stopped,
-        cancelled=outcome.status == "cancelled",
+        cancelled=outcome.status is OutcomeStatus.CANCELLED,
         limit_exceeded=result.get("error_code") == "limit_exceeded",
         left_processes=bool(outcome.usage.get("ended_processes")),
     )

@@ -16,8 +16,8 @@ from toolpool.file_reads import FileReadRegister, apply_changes
 from toolpool.models import ErrorCode, ToolCall, ToolResult
 from toolpool.outcomes import cancelled_result
 from toolpool.pool.pool import WorkerPool
-from toolpool.pool.workers import PoolOutcome
-from toolpool.protocol import Execute
+from toolpool.pool.workers import OutcomeStatus, PoolOutcome
+from toolpool.protocol import CallContext, Execute
 from toolpool.sandbox.limits import Limits
 
 
@@ -57,13 +57,13 @@ class PoolExecutor:
             stamp = ctx.files.get(path)
             if stamp is not None:
                 stamps[FileReadRegister.key(path)] = stamp.to_dict()
-        context = {
-            "session_id": ctx.session_id,
-            "workspace": str(ctx.workspace),
-            "extra_roots": [str(p) for p in ctx.extra_roots],
-            "allow_network": network,
-            "scratch_dir": None if ctx.scratch_dir is None else str(ctx.scratch_dir),
-        }
+        context = CallContext(
+            session_id=ctx.session_id,
+            workspace=str(ctx.workspace),
+            extra_roots=tuple(str(p) for p in ctx.extra_roots),
+            allow_network=network,
+            scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
+        )
         message = Execute(call.id, call.name, call.arguments, context, limits.to_dict(), stamps)
         outcome = await self.pool.run(
             message,
@@ -83,11 +83,11 @@ class PoolExecutor:
         if outcome.worker_id:
             details["worker"] = outcome.worker_id
         if outcome.escalation:
-            details["escalation"] = outcome.escalation
+            details["escalation"] = outcome.escalation.value
         match outcome.status:
-            case "unstarted" | "cancelled":
+            case OutcomeStatus.UNSTARTED | OutcomeStatus.CANCELLED:
                 result = cancelled_result(call, source)
-            case "lost":
+            case OutcomeStatus.LOST:
                 details["cause"] = outcome.cause
                 result = ToolResult.error(
                     call,
@@ -95,7 +95,7 @@ class PoolExecutor:
                     f"The worker process running this tool was lost: {outcome.cause}. "
                     "Nothing else was affected; the tool may be retried.",
                 )
-            case "limit":
+            case OutcomeStatus.LIMIT:
                 details["cause"] = outcome.cause
                 result = ToolResult.error(
                     call,

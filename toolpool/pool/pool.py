@@ -47,6 +47,7 @@ from toolpool.pool.planner import (
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.workers import (
     Flight,
+    OutcomeStatus,
     PoolConfig,
     PoolError,
     PoolOutcome,
@@ -177,7 +178,7 @@ class WorkerPool:
         offline = self._offline_default and not network
         worker = await self._acquire(offline, token)
         if worker is None:
-            return PoolOutcome("unstarted")
+            return PoolOutcome(OutcomeStatus.UNSTARTED)
         flight = Flight(execute.call_id, on_progress, asyncio.get_running_loop().create_future())
         worker.flight = flight
         self._counts["calls"] += 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.errors import ToolpoolError
-from toolpool.protocol import Result
+from toolpool.protocol import CallStatus, Result
 from toolpool.sandbox.cgroups import WorkerCgroup
 from toolpool.sandbox.limits import Limits, MiB
 from toolpool.sandbox.policy import Policy
@@ -107,21 +107,34 @@ class Worker:
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
 
 
+class OutcomeStatus(StrEnum):
+    """How a call on the pool ended (``PoolOutcome.status``)."""
+
+    OK = CallStatus.OK.value  # the first three: as the worker answered
+    ERROR = CallStatus.ERROR.value
+    CANCELLED = CallStatus.CANCELLED.value  # or killed when it did not answer the cancel
+    LOST = "lost"  # the worker died or hung under it
+    LIMIT = "limit"  # it ran past its wall time, or the kernel's OOM killer ended it
+    UNSTARTED = "unstarted"  # cancelled before a worker took it
+
+
+class Escalation(StrEnum):
+    """How a cancel or an overrun was carried out (``PoolOutcome.escalation``)."""
+
+    ANSWERED = "answered"  # the worker answered the cancel signal in time
+    KILLED = "killed"  # it did not, and was killed
+
+
 @dataclass(frozen=True, slots=True)
 class PoolOutcome:
-    """How a call on the pool ended.
+    """How a call on the pool ended."""
 
-    ``status``: "ok", "error" or "cancelled" as the worker answered; "lost" when the
-    worker died or hung; "limit" when the call ran past its wall time; "unstarted"
-    when it was cancelled before a worker took it.
-    """
-
-    status: str
+    status: OutcomeStatus
     result: dict[str, Any] | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     stamps: dict[str, Any] = field(default_factory=dict)
     cause: str | None = None
-    escalation: str | None = None  # "answered" or "killed", for cancels and overruns
+    escalation: Escalation | None = None  # for cancels and overruns
     worker_id: str | None = None
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.models import ErrorCode, ToolCall, ToolResult
-from toolpool.protocol import Execute, Result, Shutdown
+from toolpool.protocol import CallStatus, Execute, Result, Shutdown
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux, seccomp
 from toolpool.sandbox.limits import Limits, apply_process_limits
@@ -103,7 +103,7 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
                 # The cancel signal landed between the tool's end and our bookkeeping.
                 call = ToolCall(message.call_id, message.tool, message.arguments)
                 cancelled = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
-                result = Result(message.call_id, "cancelled", cancelled.to_dict())
+                result = Result(message.call_id, CallStatus.CANCELLED, cancelled.to_dict())
             channel.end_call(result)
     finally:
         runner.close()

@@ -1,0 +1,121 @@
+"""The wire format: every message that crosses a process boundary, and its codec.
+
+One frozen dataclass per message type, whose docstring says who sends it and what
+answers it (``docs/protocol.md`` puts them together, with a turn's sequence):
+
+- ``wire``: pool ⇄ worker (``Execute`` → ``Progress``… → ``Result``) and pool ⇄ zygote;
+- ``client``: client ⇄ daemon (sessions, turns, approvals, status);
+- ``bridge``: MCP bridges ⇄ daemon and workers;
+- ``messages``: the ``Message`` union, the one list the type table is derived from;
+- ``fields``: the field checks, derived from the classes' type hints;
+- ``frames``: ``encode``/``decode`` (``ProtocolError``, and only that, for bad bytes)
+  and length-prefixed frames over pipes.
+
+States travel as ``StrEnum`` values (the same strings on the wire). The protocol
+version is checked once, at the handshakes (``Ready``, ``Hello``); a peer speaking
+another version is refused there.
+"""
+
+from toolpool.protocol.bridge import BridgeReady, McpCall, McpCancel, McpProgress, McpResult
+from toolpool.protocol.client import (
+    Accepted,
+    Append,
+    ApprovalReply,
+    ApprovalRequest,
+    Bye,
+    CancelCall,
+    CloseSession,
+    EndTurn,
+    Error,
+    FailureCode,
+    Hello,
+    OpenSession,
+    Ping,
+    Reply,
+    SessionOpened,
+    Status,
+    Steer,
+    SteerAction,
+    Submit,
+    Tools,
+    TurnEvent,
+    Welcome,
+)
+from toolpool.protocol.frames import (
+    HEADER_BYTES,
+    decode,
+    encode,
+    frame_length,
+    framed,
+    read_frame,
+    write_frame,
+)
+from toolpool.protocol.kinds import MAX_FRAME_BYTES, PROTOCOL_VERSION, MessageType, ProtocolError
+from toolpool.protocol.messages import MESSAGE_CLASSES, Message
+from toolpool.protocol.wire import (
+    CallContext,
+    CallStatus,
+    Execute,
+    Exited,
+    Heartbeat,
+    Progress,
+    Ready,
+    Result,
+    Shutdown,
+    Spawn,
+    Spawned,
+)
+
+__all__ = [
+    "HEADER_BYTES",
+    "MAX_FRAME_BYTES",
+    "MESSAGE_CLASSES",
+    "PROTOCOL_VERSION",
+    "Accepted",
+    "Append",
+    "ApprovalReply",
+    "ApprovalRequest",
+    "BridgeReady",
+    "Bye",
+    "CallContext",
+    "CallStatus",
+    "CancelCall",
+    "CloseSession",
+    "EndTurn",
+    "Error",
+    "Execute",
+    "Exited",
+    "FailureCode",
+    "Heartbeat",
+    "Hello",
+    "McpCall",
+    "McpCancel",
+    "McpProgress",
+    "McpResult",
+    "Message",
+    "MessageType",
+    "OpenSession",
+    "Ping",
+    "Progress",
+    "ProtocolError",
+    "Ready",
+    "Reply",
+    "Result",
+    "SessionOpened",
+    "Shutdown",
+    "Spawn",
+    "Spawned",
+    "Status",
+    "Steer",
+    "SteerAction",
+    "Submit",
+    "Tools",
+    "TurnEvent",
+    "Welcome",
+    "decode",
+    "encode",
+    "frame_length",
+    "framed",
+    "read_frame",
+    "write_frame",
+]

@@ -1,0 +1,251 @@
+"""Client ⇄ daemon: sessions, turns and their events, approvals, status.
+
+The client library (``toolpool.client.connection``) sends the requests over a ZeroMQ
+DEALER socket; the daemon (``toolpool.daemon.server``) answers over its ROUTER.
+Every request carries a ``request_id`` chosen by the client; the daemon's answer (the
+reply named in the docstring, or ``Error``) carries the same id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from toolpool.protocol.kinds import PROTOCOL_VERSION, MessageType
+
+
+class SteerAction(StrEnum):
+    """What ``Steer`` does to a session's unfinished turns."""
+
+    INTERRUPT = "interrupt"  # S4: the user sent a message; calls that allow it stop
+    ABORT = "abort"  # S5: every unfinished call is cancelled
+
+
+class FailureCode(StrEnum):
+    """Why a request failed (``Error.code``)."""
+
+    PROTOCOL = "protocol"  # unreadable, or not a request a client sends (before Hello)
+    VERSION = "version"  # the client speaks another protocol version
+    UNKNOWN_SESSION = "unknown_session"
+    UNKNOWN_TURN = "unknown_turn"  # no running turn of this client by that id
+    BAD_REQUEST = "bad_request"  # readable, but its content is refused
+    SHUTTING_DOWN = "shutting_down"  # the daemon takes no new turns
+    INTERNAL = "internal"  # the daemon failed on it
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Client → daemon, first: the handshake. Answer: ``Welcome``, or ``Error`` with
+    code ``version`` when the versions differ."""
+
+    type: ClassVar[MessageType] = MessageType.HELLO
+    request_id: str
+    version: int = PROTOCOL_VERSION
+    client: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """Daemon → client: the handshake's answer, with the daemon's pid and version."""
+
+    type: ClassVar[MessageType] = MessageType.WELCOME
+    request_id: str
+    version: int
+    daemon_pid: int
+    tools: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSession:
+    """Client → daemon: open a session on ``workspace``. Answer: ``SessionOpened``.
+
+    ``options``: extra_roots, allow_network, max_tool_errors, limits, gate ("allow",
+    "ask", "policy"), policy (rules), approval_timeout, max_tool_concurrency.
+    """
+
+    type: ClassVar[MessageType] = MessageType.OPEN_SESSION
+    request_id: str
+    workspace: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpened:
+    """Daemon → client: the answer to ``OpenSession``; the session's id."""
+
+    type: ClassVar[MessageType] = MessageType.SESSION_OPENED
+    request_id: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSession:
+    """Client → daemon: end a session (its running turns are aborted). Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.CLOSE_SESSION
+    request_id: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Client → daemon: a turn. Answer: ``Accepted``, then its ``TurnEvent``s, the last
+    of which is ``turn_end``.
+
+    ``calls`` is a list of ToolCall dicts when ``format`` is "toolpool", else model
+    output in that provider's shape ("openai", "openai-responses", "anthropic",
+    "gemini"), or None to detect it. An ``open`` turn takes more calls (``Append``)
+    until ``EndTurn``.
+    """
+
+    type: ClassVar[MessageType] = MessageType.SUBMIT
+    request_id: str
+    session_id: str
+    calls: Any
+    format: str | None = "toolpool"
+    open: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Client → daemon: more calls for an open turn, queued at its tail. Answer:
+    ``Reply`` with ``{"call_ids": [...]}``; their events follow in the turn's stream."""
+
+    type: ClassVar[MessageType] = MessageType.APPEND
+    request_id: str
+    turn_id: str
+    calls: Any
+    format: str | None = "toolpool"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCall:
+    """Client → daemon: stop one call of a turn (running: cancelled; queued: never
+    started). Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.CANCEL_CALL
+    request_id: str
+    turn_id: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    """Client → daemon: an open turn takes no more calls; it ends after the last one.
+    Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.END_TURN
+    request_id: str
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Daemon → client: the turn is queued; these are its calls' ids, in order."""
+
+    type: ClassVar[MessageType] = MessageType.ACCEPTED
+    request_id: str
+    turn_id: str
+    call_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEvent:
+    """Daemon → client: events of a turn (``Event.to_dict()`` each), in order; those
+    emitted together travel together. No answer."""
+
+    type: ClassVar[MessageType] = MessageType.TURN_EVENT
+    turn_id: str
+    events: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Steer:
+    """Client → daemon: interrupt (the user sent a message, S4) or abort (S5) the
+    session's unfinished turns. Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.STEER
+    request_id: str
+    session_id: str
+    action: SteerAction
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """Daemon → client: the gate asks (P8). Answer: ``ApprovalReply`` within
+    ``timeout`` seconds, or the call is denied."""
+
+    type: ClassVar[MessageType] = MessageType.APPROVAL_REQUEST
+    approval_id: str
+    session_id: str
+    turn_id: str
+    call: dict[str, Any]
+    label: str
+    preview: Any
+    read_only: bool
+    permissions: list[str]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalReply:
+    """Client → daemon: the user's decision on an ``ApprovalRequest``. No answer."""
+
+    type: ClassVar[MessageType] = MessageType.APPROVAL_REPLY
+    approval_id: str
+    allowed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Client → daemon: how are you? Answer: ``Reply`` with workers, queue, sessions,
+    breaker states and the sandbox profile."""
+
+    type: ClassVar[MessageType] = MessageType.STATUS
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """Client → daemon: the tools' definitions in ``format`` ("toolpool", "openai",
+    "openai-responses", "anthropic", "gemini", "mcp"). Answer: ``Reply``."""
+
+    type: ClassVar[MessageType] = MessageType.TOOLS
+    request_id: str
+    format: str = "toolpool"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Daemon → client: a request succeeded; ``data`` depends on the request."""
+
+    type: ClassVar[MessageType] = MessageType.REPLY
+    request_id: str
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Daemon → client: a request failed (``request_id`` is None when the daemon could
+    not even read it); ``code`` says why."""
+
+    type: ClassVar[MessageType] = MessageType.ERROR
+    request_id: str | None
+    code: FailureCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Daemon → client, now and then: are you there? No answer (a failed send tells)."""
+
+    type: ClassVar[MessageType] = MessageType.PING
+
+
+@dataclass(frozen=True, slots=True)
+class Bye:
+    """Client → daemon: the client is closing; its sessions end. No answer."""
+
+    type: ClassVar[MessageType] = MessageType.BYE

@@ -1,0 +1,269 @@
+"""Field checks derived from the message classes' own type hints.
+
+For each dataclass that crosses the wire (a message, or a struct inside one such as
+``CallContext``), ``struct(cls)`` reads ``typing.get_type_hints`` once and compiles
+one check per field: it checks a decoded value against the field's type — shallow
+where the type says ``Any`` — and turns wire forms back into the declared ones (a
+string into its ``StrEnum`` member, a map into a nested struct, an array into a
+tuple). A value that does not fit raises ``ProtocolError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from toolpool.protocol.kinds import ProtocolError
+
+# A check of one field: isinstance against a tuple of types (the common case, done
+# inline), or a function from the decoded value to the value to store.
+Convert = Callable[[Any], Any]
+Check = tuple[type, ...] | Convert
+
+
+class _Wrong(Exception):
+    """A value that does not fit; ``path`` grows as it travels up (".context", "[2]")."""
+
+    def __init__(self, text: str, *, whole: bool = False) -> None:
+        self.text = text
+        self.whole = whole  # about the struct as a whole (a missing field…)
+        self.path: list[str] = []
+
+    def render(self, where: str) -> str:
+        at = where + "".join(reversed(self.path))
+        return f"bad {at}: {self.text}" if self.whole else f"{at} {self.text}"
+
+
+class Struct:
+    """How one dataclass is read from a decoded map."""
+
+    def __init__(self, cls: type[Any]) -> None:
+        hints = get_type_hints(cls)
+        self.cls = cls
+        self.names = tuple(f.name for f in dataclasses.fields(cls))
+        checks = {name: _check(hints[name]) for name in self.names}
+        self._checks: dict[str, Check] = {n: c for n, c in checks.items() if c is not None}
+        # Fields holding a nested struct, packed as the map of its fields.
+        self._nested = tuple(
+            n
+            for n in self.names
+            if isinstance(hints[n], type) and dataclasses.is_dataclass(hints[n])
+        )
+
+    def build(self, body: dict[str, Any], where: str, what: str) -> Any:
+        """An instance of the class from ``body`` (its fields by name); ``where`` names
+        it in errors about a field, ``what`` in errors about the whole."""
+        try:
+            return self._build(body)
+        except _Wrong as wrong:
+            if wrong.whole and not wrong.path:
+                raise ProtocolError(f"bad {what}: {wrong.text}") from None
+            raise ProtocolError(wrong.render(where)) from None
+
+    def _build(self, body: dict[str, Any]) -> Any:
+        values = None  # a copy of body, once a value is converted
+        for name, check in self._checks.items():
+            if name not in body:
+                continue  # a default, or a missing field the constructor names
+            value = body[name]
+            if type(check) is tuple:
+                if not isinstance(value, check):
+                    raise _named(_mismatch(value, check), "." + name)
+            else:
+                try:
+                    new = check(value)  # type: ignore[operator]
+                except _Wrong as wrong:
+                    raise _named(wrong, "." + name) from None
+                if new is not value:
+                    values = dict(body) if values is None else values
+                    values[name] = new
+        try:
+            return self.cls(**(body if values is None else values))
+        except TypeError as exc:  # an unknown or a missing field
+            raise _Wrong(str(exc), whole=True) from None
+
+    def to_map(self, value: Any) -> dict[str, Any]:
+        """``value``'s fields by name, nested structs as maps: what msgpack packs."""
+        body = {name: getattr(value, name) for name in self.names}
+        for name in self._nested:
+            body[name] = struct(type(body[name])).to_map(body[name])
+        return body
+
+
+_STRUCTS: dict[type[Any], Struct] = {}
+
+
+def struct(cls: type[Any]) -> Struct:
+    """The reader of ``cls``, made at its first use."""
+    reader = _STRUCTS.get(cls)
+    if reader is None:
+        reader = _STRUCTS[cls] = Struct(cls)
+    return reader
+
+
+def wire_form(value: Any) -> Any:
+    """msgpack's ``default``: a nested struct (``CallContext``) as the map of its fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return struct(type(value)).to_map(value)
+    raise TypeError(f"cannot pack a {type(value).__name__}")
+
+
+# --- compiling the checks ------------------------------------------------------------
+
+
+def _check(hint: Any) -> Check | None:
+    """The check of one type; None when anything goes (``Any``). A type the wire
+    cannot carry is a TypeError when the message classes are read, not at decode."""
+    if hint is Any:
+        return None
+    origin = get_origin(hint)
+    if origin is Union or origin is types.UnionType:
+        return _union(hint)
+    if origin in (list, tuple):
+        return _array(hint)
+    if origin is dict:
+        return _map(hint)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return _enum(hint)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _struct(hint)
+    if hint is float:
+        return (int, float)
+    if hint in (str, int, bool, type(None)):
+        return (hint,)
+    raise TypeError(f"the wire cannot carry {hint!r}")
+
+
+def _named(wrong: _Wrong, step: str) -> _Wrong:
+    wrong.path.append(step)
+    return wrong
+
+
+def _mismatch(value: Any, kinds: tuple[type, ...], expected: str | None = None) -> _Wrong:
+    if expected is None:
+        expected = "float" if float in kinds else " | ".join(_name(k) for k in kinds)
+    return _Wrong(f"is a {type(value).__name__}, not {expected}")
+
+
+def _name(hint: Any) -> str:
+    if hint is type(None):
+        return "None"
+    if isinstance(hint, type) and get_origin(hint) is None:
+        return hint.__name__
+    return str(hint).replace("typing.", "")
+
+
+def _as_function(check: Check, expected: str) -> Convert:
+    if type(check) is not tuple:
+        return check  # type: ignore[return-value]
+    kinds: tuple[type, ...] = check
+
+    def instance(value: Any) -> Any:
+        if not isinstance(value, kinds):
+            raise _mismatch(value, kinds, expected)
+        return value
+
+    return instance
+
+
+def _union(hint: Any) -> Check | None:
+    options = [o for o in get_args(hint) if o is not type(None)]
+    nullable = len(options) < len(get_args(hint))
+    maybe = [_check(o) for o in options]
+    checks = [c for c in maybe if c is not None]
+    if len(checks) < len(maybe):
+        return None
+    if all(type(c) is tuple for c in checks):  # int | None, str | None…
+        kinds = tuple(k for c in checks for k in c)  # type: ignore[union-attr]
+        return (*kinds, type(None)) if nullable else kinds
+    expected = " | ".join(_name(o) for o in options)
+    functions = [_as_function(c, _name(o)) for c, o in zip(checks, options, strict=True)]
+
+    def either(value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        for convert in functions:
+            try:
+                return convert(value)
+            except _Wrong:
+                if len(functions) == 1:
+                    raise
+        raise _Wrong(f"is a {type(value).__name__}, not {expected}")
+
+    return either
+
+
+def _array(hint: Any) -> Check:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        raise TypeError(f"only tuple[X, ...] crosses the wire, not {hint!r}")
+    item = _check(args[0]) if args else None
+    expected = _name(hint)
+    item_of = None if item is None else _as_function(item, _name(args[0]))
+
+    def array(value: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise _mismatch(value, (), expected)
+        if item_of is not None:
+            out = []
+            for i, v in enumerate(value):
+                try:
+                    out.append(item_of(v))
+                except _Wrong as wrong:
+                    raise _named(wrong, f"[{i}]") from None
+            value = out
+        return value if type(value) is origin else origin(value)
+
+    return array
+
+
+def _map(hint: Any) -> Check:
+    args = get_args(hint)
+    item = _check(args[1]) if args else None
+    if item is None:
+        return (dict,)  # dict[str, Any]: msgpack's strict_map_key keeps the keys plain
+    expected = _name(hint)
+    item_of = _as_function(item, _name(args[1]))
+
+    def mapping(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _mismatch(value, (), expected)
+        out: dict[Any, Any] | None = None  # a copy, once a value is converted
+        for k, v in value.items():
+            try:
+                new = item_of(v)
+            except _Wrong as wrong:
+                raise _named(wrong, f"[{k!r}]") from None
+            if new is not v:
+                out = dict(value) if out is None else out
+                out[k] = new
+        return value if out is None else out
+
+    return mapping
+
+
+def _enum(cls: type[Enum]) -> Check:
+    members = {m.value: m for m in cls}
+    allowed = ", ".join(repr(v) for v in members)
+
+    def member(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise _mismatch(value, (), cls.__name__)
+        found = members.get(value)
+        if found is None:
+            raise _Wrong(f"is {value!r}, not one of {allowed}")
+        return found
+
+    return member
+
+
+def _struct(cls: type[Any]) -> Check:
+    def nested(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _mismatch(value, (), cls.__name__)
+        return struct(cls)._build(value)
+
+    return nested

@@ -1,0 +1,98 @@
+"""The codec: a message as one msgpack frame and back, and length-prefixed frames over
+byte streams (the zygote's and the MCP bridges' pipes).
+
+Frames carry ``{"t": <type>, ...fields}``; a struct inside a message (``CallContext``)
+is a map of its fields, an enum its string. ``decode`` raises ``ProtocolError`` — and
+only that — for anything it cannot read. Nothing else in toolpool parses frames.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, BinaryIO
+
+import msgpack
+
+from toolpool.protocol.fields import wire_form
+from toolpool.protocol.kinds import MAX_FRAME_BYTES, ProtocolError
+from toolpool.protocol.messages import STRUCTS, Message
+
+
+def encode(message: Message) -> bytes:
+    """One msgpack frame for ``message``."""
+    body: dict[str, Any] = {"t": message.type.value, **STRUCTS[message.type.value].to_map(message)}
+    frame: bytes = msgpack.packb(body, use_bin_type=True, default=wire_form)
+    return frame
+
+
+def decode(frame: bytes) -> Message:
+    """The message in ``frame``; ProtocolError for anything else."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
+    try:
+        body = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ProtocolError(f"not a msgpack frame: {exc}") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(f"frame holds a {type(body).__name__}, not a map")
+    kind = body.pop("t", None)
+    reader = STRUCTS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    try:
+        message: Message = reader.build(body, kind, f"{kind} message")
+    except ProtocolError as exc:
+        request_id = body.get("request_id")
+        raise ProtocolError(str(exc), request_id if isinstance(request_id, str) else None) from None
+    return message
+
+
+# --- length-prefixed frames over pipes --------------------------------------------------
+
+_LENGTH = struct.Struct("!I")
+
+HEADER_BYTES = _LENGTH.size
+
+
+def framed(message: Message) -> bytes:
+    """``message`` as a length-prefixed frame, for byte streams (pipes)."""
+    data = encode(message)
+    return _LENGTH.pack(len(data)) + data
+
+
+def frame_length(header: bytes) -> int:
+    """The payload size announced by a frame header; ProtocolError when too big."""
+    (size,) = _LENGTH.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    return int(size)
+
+
+def write_frame(stream: BinaryIO, message: Message) -> None:
+    """Write one length-prefixed frame and flush."""
+    stream.write(framed(message))
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> Message | None:
+    """Read one length-prefixed frame; None at end of stream. Works on unbuffered
+    streams too (short reads are continued)."""
+    head = _read_exactly(stream, HEADER_BYTES)
+    if head is None:
+        return None
+    data = _read_exactly(stream, frame_length(head))
+    if data is None:
+        raise ProtocolError("stream ended inside a frame")
+    return decode(data)
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            if data:
+                raise ProtocolError("stream ended inside a frame")
+            return None
+        data += chunk
+    return data

@@ -1,0 +1,68 @@
+"""What every part of the wire shares: the version, the frame limit, the one error
+type, and the names of the message types."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from toolpool.errors import ToolpoolError
+
+PROTOCOL_VERSION = 1
+# Large enough for any result toolpool lets through (see Limits.output_bytes), small
+# enough that a bad peer cannot make us allocate without bound.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class ProtocolError(ToolpoolError):
+    """Bytes that are not a valid toolpool message (or a message of another version).
+
+    ``request_id`` is the id the frame carried when it could be read that far (a map
+    with a string ``request_id``), so that a daemon can still answer the request.
+    """
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class MessageType(StrEnum):
+    """The ``t`` of a frame: one value per message class (``messages.MESSAGE_CLASSES``)."""
+
+    # pool ⇄ worker
+    READY = "ready"
+    EXECUTE = "execute"
+    PROGRESS = "progress"
+    RESULT = "result"
+    HEARTBEAT = "heartbeat"
+    SHUTDOWN = "shutdown"
+    # pool ⇄ zygote
+    SPAWN = "spawn"
+    SPAWNED = "spawned"
+    EXITED = "exited"
+    # client ⇄ daemon
+    HELLO = "hello"
+    WELCOME = "welcome"
+    OPEN_SESSION = "open_session"
+    SESSION_OPENED = "session_opened"
+    CLOSE_SESSION = "close_session"
+    SUBMIT = "submit"
+    ACCEPTED = "accepted"
+    APPEND = "append"
+    CANCEL_CALL = "cancel_call"
+    END_TURN = "end_turn"
+    TURN_EVENT = "turn_event"
+    STEER = "steer"
+    APPROVAL_REQUEST = "approval_request"
+    APPROVAL_REPLY = "approval_reply"
+    STATUS = "status"
+    TOOLS = "tools"
+    REPLY = "reply"
+    ERROR = "error"
+    PING = "ping"
+    BYE = "bye"
+    # MCP bridge ⇄ daemon, worker ⇄ MCP bridge
+    BRIDGE_READY = "bridge_ready"
+    MCP_CALL = "mcp_call"
+    MCP_PROGRESS = "mcp_progress"
+    MCP_RESULT = "mcp_result"
+    MCP_CANCEL = "mcp_cancel"

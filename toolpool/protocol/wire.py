@@ -1,0 +1,152 @@
+"""Pool ⇄ worker and pool ⇄ zygote: running one call in a worker process.
+
+The pool talks to its workers over a ZeroMQ ROUTER socket (one frame per message), to
+the zygote over its stdin/stdout (length-prefixed frames, ``frames.write_frame``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from toolpool.protocol.kinds import PROTOCOL_VERSION, MessageType
+
+
+class CallStatus(StrEnum):
+    """How a call ended, as its worker says in ``Result.status``."""
+
+    OK = "ok"
+    ERROR = "error"  # the result is an error (the tool's failure, a limit…)
+    CANCELLED = "cancelled"  # the cancel signal stopped it
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Worker → pool, once, when it has connected: the handshake.
+
+    Answer: nothing, or ``Shutdown`` when the version differs. After it the worker is
+    idle and may be sent ``Execute``.
+    """
+
+    type: ClassVar[MessageType] = MessageType.READY
+    worker_id: str
+    pid: int
+    version: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallContext:
+    """The ``ToolContext`` of a call as it crosses to the worker, inside ``Execute``:
+    built by the pool executor from the engine's context, turned back into a
+    ``ToolContext`` by the worker's runner. Paths travel as strings; ``allow_network``
+    is the session's choice or the call's limits, whichever allows."""
+
+    workspace: str
+    session_id: str = ""
+    extra_roots: tuple[str, ...] = ()
+    allow_network: bool = False
+    scratch_dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Execute:
+    """Pool → idle worker: run one call.
+
+    Answer: any number of ``Progress``, then exactly one ``Result`` with the same
+    ``call_id``. Cancellation is not a message: the pool sends the worker SIGTERM
+    (SPEC D4), and the worker answers with a ``Result`` whose status is "cancelled" —
+    or is killed when it has not answered within the pool's ``cancel_grace``.
+
+    ``stamps`` holds the file-read register entries of the files the call names
+    (FileTool.file_paths); ``limits`` a ``Limits`` dict.
+    """
+
+    type: ClassVar[MessageType] = MessageType.EXECUTE
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    context: CallContext
+    limits: dict[str, Any]
+    stamps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Worker → pool while a call runs: one progress report (SPEC P9). No answer."""
+
+    type: ClassVar[MessageType] = MessageType.PROGRESS
+    call_id: str
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Worker → pool: the call is over. No answer; the worker is idle again.
+
+    ``result`` is a ToolResult dict; ``usage`` wall/cpu seconds and peak memory;
+    ``stamps`` the register entries the call recorded (path → stamp dict, or None for
+    a forgotten path).
+    """
+
+    type: ClassVar[MessageType] = MessageType.RESULT
+    call_id: str
+    status: CallStatus
+    result: dict[str, Any]
+    usage: dict[str, Any] = field(default_factory=dict)
+    stamps: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Worker → pool every heartbeat interval, busy or not. No answer.
+
+    A worker whose heartbeats stop is hung (a tool holding the GIL, a stopped
+    process) and is replaced.
+    """
+
+    type: ClassVar[MessageType] = MessageType.HEARTBEAT
+    worker_id: str
+    rss: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Pool → worker: exit once idle. No answer; the zygote reports the exit."""
+
+    type: ClassVar[MessageType] = MessageType.SHUTDOWN
+    reason: str = ""
+
+
+# --- pool ⇄ zygote --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Pool → zygote: fork a worker with this configuration. Answer: ``Spawned``."""
+
+    type: ClassVar[MessageType] = MessageType.SPAWN
+    worker_id: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """Zygote → pool: the worker's process exists (it has not connected yet)."""
+
+    type: ClassVar[MessageType] = MessageType.SPAWNED
+    worker_id: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """Zygote → pool, unasked: a worker process ended (reaped by the zygote).
+
+    ``exit_code`` when it exited, ``signal`` when a signal ended it.
+    """
+
+    type: ClassVar[MessageType] = MessageType.EXITED
+    pid: int
+    exit_code: int | None = None
+    signal: int | None = None
