@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -39,7 +39,7 @@ from toolpool.cancel import Cancelled, CancelSource, CancelToken
 from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, ToolCall, ToolResult
 from toolpool.outcomes import result_from_exception, result_from_output
-from toolpool.protocol import Execute, Progress, Result
+from toolpool.protocol import CallContext, CallStatus, Execute, Progress, Result
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
@@ -160,26 +160,20 @@ class Runner:
         limits = self._limits(message.limits)
         files = RecordingRegister(message.stamps)
         token = CancelToken()
-        context = message.context
-        ctx = ToolContext(
-            call_id=call.id,
-            tool_name=call.name,
-            session_id=str(context.get("session_id", "")),
-            workspace=Path(context["workspace"]),
-            files=files,
-            extra_roots=tuple(Path(p) for p in context.get("extra_roots", ())),
-            allow_network=bool(context.get("allow_network", False)),
-            scratch_dir=Path(context["scratch_dir"]) if context.get("scratch_dir") else None,
-            cancel_token=token,
-            progress=lambda data: self.channel.send(Progress(call.id, data)),
-            limits=limits,
+        ctx = tool_context(
+            message.context,
+            call,
+            files,
+            token,
+            lambda data: self.channel.send(Progress(call.id, data)),
+            limits,
         )
         started = time.monotonic()
         cpu_before = _cpu_seconds()
         self._memory.reset()
         printed = _PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
-        status = "ok"
+        status = CallStatus.OK
         stopped: tuple[str, int] | None = None
         self._call_limits = limits
         try:
@@ -200,15 +194,15 @@ class Runner:
         except (Cancelled, asyncio.CancelledError):
             self._running = None
             token.cancel(CancelSource.ABORT)  # the tool's own threads look at it
-            status = "cancelled"
+            status = CallStatus.CANCELLED
             result = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
         except LimitExceeded as exc:
             self._running = None
-            status = "error"
+            status = CallStatus.ERROR
             result = ToolResult.error(call, ErrorCode.LIMIT_EXCEEDED, f"The tool {exc}.")
         except MemoryError:
             self._running = None
-            status = "error"
+            status = CallStatus.ERROR
             result = ToolResult.error(
                 call,
                 ErrorCode.LIMIT_EXCEEDED,
@@ -216,7 +210,7 @@ class Runner:
             )
         except OSError as exc:
             self._running = None
-            status = "error"
+            status = CallStatus.ERROR
             result = result_from_exception(call, exc)
             if exc.errno == errno.EFBIG:
                 size = limits.file_size_bytes
@@ -224,7 +218,7 @@ class Runner:
                 result = ToolResult.error(call, ErrorCode.LIMIT_EXCEEDED, text)
         except BaseException as exc:  # the tool's failure is a result, whatever it raised
             self._running = None
-            status = "error"
+            status = CallStatus.ERROR
             result = result_from_exception(call, exc)
         finally:
             self._running = None
@@ -235,19 +229,21 @@ class Runner:
             swept = self._sweep()
         if stopped is not None and result.error_code is not ErrorCode.LIMIT_EXCEEDED:
             result = _stopped_by_limit(call, result, limits, *stopped)
-        if status == "ok" and result.is_error:
-            status = "error"
+        if status is CallStatus.OK and result.is_error:
+            status = CallStatus.ERROR
         usage: dict[str, Any] = {
             "wall_seconds": round(time.monotonic() - started, 6),
             "cpu_seconds": round(_cpu_seconds() - cpu_before, 6),
             "peak_rss_bytes": self._memory.read(),
         }
-        if swept:
-            usage["ended_processes"] = swept
+        # What the limit watcher killed and what the sweep ended: both were the call's.
+        ended = swept + (stopped[1] if stopped is not None else 0)
+        if ended:
+            usage["ended_processes"] = ended
         payload = result.to_dict()
         size = len(msgpack.packb(payload, use_bin_type=True))
         if size > limits.output_bytes:
-            status = "error"
+            status = CallStatus.ERROR
             payload = ToolResult.error(
                 call,
                 ErrorCode.LIMIT_EXCEEDED,
@@ -376,6 +372,31 @@ class _CallWatch:
             w.signalled_at = now
             os.kill(self._pid, signal.SIGXCPU)
         return 0.05
+
+
+def tool_context(
+    context: CallContext,
+    call: ToolCall,
+    files: RecordingRegister,
+    token: CancelToken,
+    progress: Callable[[Any], None],
+    limits: Limits,
+) -> ToolContext:
+    """The ``ToolContext`` a call's tool sees in the worker, from the ``CallContext``
+    the pool sent (``PoolExecutor`` builds it from the engine's)."""
+    return ToolContext(
+        call_id=call.id,
+        tool_name=call.name,
+        session_id=context.session_id,
+        workspace=Path(context.workspace),
+        files=files,
+        extra_roots=tuple(Path(p) for p in context.extra_roots),
+        allow_network=context.allow_network,
+        scratch_dir=None if context.scratch_dir is None else Path(context.scratch_dir),
+        cancel_token=token,
+        progress=progress,
+        limits=limits,
+    )
 
 
 def _stopped_by_limit(
