@@ -28,7 +28,7 @@ from toolpool import (
     ToolStart,
     TurnEnd,
 )
-from toolpool.client import ApprovalRequested
+from toolpool.client import ApprovalRequested, ClientError
 from toolpool.client.connection import Connection
 from toolpool.client.core import FORGET_BATCH, TurnItem
 from toolpool.client.operation import Operation
@@ -508,3 +508,63 @@ def test_D5_a_request_after_close_fails_at_once(daemon: Daemon) -> None:
             await client.status()
 
     asyncio.run(closed_async())
+
+
+# --- a daemon that refuses the connection ------------------------------------------------
+
+
+class _RefusingDaemon:
+    """A ROUTER whose ZAP handler refuses every connection (as the daemon refuses a
+    confined process): the client's socket never gets a peer to send to."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        import zmq
+
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.zap = self.context.socket(zmq.REP)
+        self.zap.bind("inproc://zeromq.zap.01")
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.zap_domain = b"refuse"
+        self.router.bind(f"ipc://{path}")
+        self.refused = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._answer)
+        self._thread.start()
+
+    def _answer(self) -> None:
+        while not self._stop.is_set():
+            if self.zap.poll(50):
+                request = self.zap.recv_multipart()
+                self.zap.send_multipart([b"1.0", request[1], b"400", b"no", b"", b""])
+                self.refused += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.router.close(0)
+        self.zap.close(0)
+        self.context.term()
+
+
+@pytest.mark.spec("D5")
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_refused_connection_is_an_error_not_a_hang(tmp_path: Path, driver: str) -> None:
+    daemon = _RefusingDaemon(tmp_path / "daemon.sock")
+    endpoint = f"ipc://{tmp_path / 'daemon.sock'}"
+    try:
+        if driver == "sync":
+            with pytest.raises(ClientError):
+                Client(endpoint, connect_timeout=1.0, timeout=1.0).__enter__()
+        else:
+
+            async def connect() -> None:
+                async with AsyncClient(endpoint, connect_timeout=1.0, timeout=1.0):
+                    pass
+
+            with pytest.raises(ClientError):
+                asyncio.run(connect())
+        assert daemon.refused >= 1  # it was the refusal, not a missing socket
+    finally:
+        daemon.close()

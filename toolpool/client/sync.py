@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from toolpool.client.connection import ApprovalHandler
 from toolpool.client.core import TurnItem, results_as
 from toolpool.client.operation import Operation
 from toolpool.models import ToolResult
+from toolpool.protocol import SteerAction
 
 T = TypeVar("T")
 POLL_SECONDS = 0.1  # the longest a waiting thread leaves another thread's frames queued
@@ -53,6 +55,7 @@ class Client(ClientBase[zmq.Socket[bytes]]):
 
     def connect(self) -> None:
         self._lock = threading.RLock()
+        self._unsent: deque[bytes] = deque()
         self._conn.on_outgoing = self._flush
         self._dial(zmq.Context())
         self._poller = zmq.Poller()
@@ -68,18 +71,26 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         """Say goodbye (the daemon closes this client's sessions) and disconnect."""
         self._conn.close()
         with contextlib.suppress(zmq.ZMQError):
-            self._flush(zmq.NOBLOCK)
+            self._flush()
         self._hang_up()
 
     # -- the wire ------------------------------------------------------------------------
 
-    def _flush(self, flags: int = 0) -> None:
-        """Send what the connection queued, unless another thread waits (it will)."""
+    def _flush(self) -> None:
+        """Send what the connection queued, unless another thread waits (it will).
+
+        Never blocks: with no connection to the daemon (it refused us, or is gone) a
+        DEALER's send would wait forever; what cannot go now waits for the next
+        round of the wait loop, whose deadline bounds it."""
         if self._socket is None or not self._lock.acquire(blocking=False):
             return
         try:
-            for frame in self._conn.take_outgoing():
-                self._socket.send(frame, flags)
+            self._unsent.extend(self._conn.take_outgoing())
+            while self._unsent:
+                self._socket.send(self._unsent[0], zmq.NOBLOCK)
+                self._unsent.popleft()
+        except zmq.Again:
+            pass
         finally:
             self._lock.release()
 
@@ -155,11 +166,11 @@ class Session(SessionBase[Client]):
 
     def interrupt(self) -> None:
         """S4: the user sent a new message. "cancel" calls stop, the queued are skipped."""
-        self.client._run(self._conn.steer(self.id, "interrupt"))
+        self.client._run(self._conn.steer(self.id, SteerAction.INTERRUPT))
 
     def abort(self) -> None:
         """S5: cancel everything the session is running or has queued."""
-        self.client._run(self._conn.steer(self.id, "abort"))
+        self.client._run(self._conn.steer(self.id, SteerAction.ABORT))
 
     def close(self) -> None:
         """End the session in the daemon. Best effort: a daemon that is gone or
