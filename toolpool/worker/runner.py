@@ -20,12 +20,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
-import math
 import os
 import resource
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,13 +45,10 @@ from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext
 from toolpool.worker.channel import Channel
+from toolpool.worker.watch import CallWatch, stopped_by_limit
 
 # How long what a call left running gets between SIGTERM and SIGKILL.
 SWEEP_GRACE = 0.5
-# The call watcher looks at the cgroups at least this often (seconds) during a call;
-# a tool whose processes it stopped for CPU has CPU_GRACE to return before SIGXCPU.
-WATCH_INTERVAL = 0.1
-CPU_GRACE = 1.0
 
 
 class LimitExceeded(BaseException):
@@ -116,7 +111,7 @@ class Runner:
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._memory = _PeakMemory()
-        self._watch = _CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
+        self._watch = CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
 
     def close(self) -> None:
         self._loop.close()
@@ -228,7 +223,7 @@ class Runner:
             sys.stdout, sys.stderr = stdout, stderr
             swept = self._sweep()
         if stopped is not None and result.error_code is not ErrorCode.LIMIT_EXCEEDED:
-            result = _stopped_by_limit(call, result, limits, *stopped)
+            result = stopped_by_limit(call, result, limits, *stopped)
         if status is CallStatus.OK and result.is_error:
             status = CallStatus.ERROR
         usage: dict[str, Any] = {
@@ -267,113 +262,6 @@ class Runner:
         return len(report.pids)
 
 
-@dataclass(slots=True)
-class _Watched:
-    """One call as the watcher sees it."""
-
-    limits: Limits
-    cpu_base: float | None
-    oom_base: int
-    pids_base: int
-    tripped: str | None = None  # "cpu_seconds" or "processes", once acted on
-    tripped_at: float = 0.0
-    signalled_at: float = -math.inf
-    killed: int = 0  # processes the watcher ended
-
-
-class _CallWatch:
-    """Per-call accounting over the worker's cgroups (SPEC X7).
-
-    One worker runs one call at a time, so the cgroups' usage delta over a call is the
-    call's. A thread, started at the first call, looks at the CPU counter and the pids
-    refusals while a call runs — more often as the allowance runs out — and, when a
-    limit is hit, ends the call's processes (SIGKILL to every member but the worker,
-    again at each look: a tool may start more) and, for CPU, sends the worker SIGXCPU
-    if its own code spends the time or it has not returned after ``CPU_GRACE``.
-    Without cgroups it does nothing: RLIMIT_CPU per process is all there is.
-    """
-
-    def __init__(self, accounting: CallAccounting | None) -> None:
-        self._acct = accounting if accounting is not None and accounting.active else None
-        self._pid = os.getpid()
-        self._cond = threading.Condition()
-        self._call: _Watched | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._cpus = max(1, len(os.sched_getaffinity(0)))
-
-    def begin(self, limits: Limits) -> None:
-        acct = self._acct
-        if acct is None:
-            return
-        watched = _Watched(limits, acct.cpu_seconds(), acct.oom_kills(), acct.pids_refusals())
-        with self._cond:
-            self._call = watched
-            self._cond.notify()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="call-watch", daemon=True)
-            self._thread.start()
-
-    def end(self) -> tuple[str, int] | None:
-        """The limit that stopped the call, if one did, and how many processes the
-        watcher ended."""
-        with self._cond:
-            watched, self._call = self._call, None
-        acct = self._acct
-        if watched is None or acct is None:
-            return None
-        if watched.tripped == "cpu_seconds":
-            return "cpu_seconds", watched.killed
-        if acct.oom_kills() > watched.oom_base:
-            return "memory_bytes", watched.killed
-        if watched.tripped == "processes" or acct.pids_refusals() > watched.pids_base:
-            return "processes", watched.killed
-        return None
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._call = None
-            self._cond.notify()
-        if self._acct is not None:
-            self._acct.close()
-
-    def _run(self) -> None:
-        with self._cond:
-            while not self._closed:
-                watched = self._call
-                if watched is None:
-                    self._cond.wait()
-                    continue
-                self._cond.wait(self._look(watched))
-
-    def _look(self, w: _Watched) -> float:
-        """Check the call once (the lock is held); the seconds until the next look."""
-        acct = self._acct
-        assert acct is not None
-        now = time.monotonic()
-        if w.tripped is None and acct.pids_refusals() > w.pids_base:
-            w.tripped, w.tripped_at = "processes", now
-        if w.tripped is None and w.cpu_base is not None:
-            used = acct.cpu_seconds()
-            left = w.limits.cpu_seconds - ((used if used is not None else w.cpu_base) - w.cpu_base)
-            if left > 0:
-                # All CPUs busy cannot spend the rest sooner than this.
-                return min(WATCH_INTERVAL, max(0.01, left / self._cpus))
-            w.tripped, w.tripped_at = "cpu_seconds", now
-        if w.tripped is None:
-            return WATCH_INTERVAL
-        w.killed += acct.kill_others(self._pid)
-        if (
-            w.tripped == "cpu_seconds"
-            and (w.killed == 0 or now - w.tripped_at >= CPU_GRACE)
-            and now - w.signalled_at >= 1.0
-        ):
-            w.signalled_at = now
-            os.kill(self._pid, signal.SIGXCPU)
-        return 0.05
-
-
 def tool_context(
     context: CallContext,
     call: ToolCall,
@@ -397,29 +285,6 @@ def tool_context(
         progress=progress,
         limits=limits,
     )
-
-
-def _stopped_by_limit(
-    call: ToolCall, result: ToolResult, limits: Limits, name: str, killed: int
-) -> ToolResult:
-    """``result`` of a call a limit stopped: limit_exceeded, naming the limit and its
-    value; what the tool had to say (a command's output) follows."""
-    value = named(limits, name)
-    if name == "cpu_seconds":
-        who = "command" if killed else "tool"
-        text = f"The {who} used up its CPU time limit ({value}) and was stopped."
-    elif name == "memory_bytes":
-        text = (
-            f"The command ran out of memory: it went past the memory limit ({value}) "
-            "and the kernel killed it."
-        )
-    else:
-        text = f"The command reached the process limit ({value}): it could not start more."
-    before = result.text.strip()
-    if before:
-        text += "\n\n" + before
-    details = {**result.details, "limit": name, "limit_value": getattr(limits, name)}
-    return ToolResult.error(call, ErrorCode.LIMIT_EXCEEDED, text, details)
 
 
 def _cpu_seconds() -> float:
