@@ -31,8 +31,22 @@ HOME_SECRETS = (
 # on root's files: these are hidden too.
 ROOT_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/root")
 
-# Variables a command inherits from the daemon; everything else is dropped.
-ENV_ALLOWED = ("PATH", "LANG", "TERM", "TZ")
+# Variables a command inherits from the daemon; everything else is dropped. Besides
+# the locale and the terminal, where the machine keeps its CA certificates: a
+# network-allowed command (pip, curl, git) must trust what the host trusts.
+ENV_ALLOWED = (
+    "PATH",
+    "LANG",
+    "TERM",
+    "TZ",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+)
 ENV_ALLOWED_PREFIXES = ("LC_",)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
