@@ -37,12 +37,27 @@ class _ThreadSafeProgress:
             self._loop.call_soon_threadsafe(self._sink, data)
 
 
+_DEFAULT_LIMITS = Limits()
+_merged: dict[tuple[tuple[str, Any], ...], Limits | None] = {}
+
+
 def _limits(overrides: Any) -> Limits | None:
-    """The session's limits over the defaults (tools read some: spill_bytes…)."""
+    """The session's limits over the defaults (tools read some: spill_bytes…); a
+    session's calls mostly carry the same overrides, so each set is merged once."""
     try:
-        return Limits().merged(overrides)
+        key = tuple(sorted(overrides.items())) if overrides else ()
+        hash(key)
+    except (AttributeError, TypeError):
+        key = None
+    if key is not None and key in _merged:
+        return _merged[key]
+    try:
+        merged: Limits | None = _DEFAULT_LIMITS.merged(overrides)
     except (TypeError, ValueError):
-        return None
+        merged = None
+    if key is not None and len(_merged) < 1024:
+        _merged[key] = merged
+    return merged
 
 
 class InProcessExecutor:
@@ -58,14 +73,17 @@ class InProcessExecutor:
     async def execute(self, request: ExecutionRequest) -> ToolResult:
         spec, call, ctx = request.spec, request.call, request.context
         token = ctx.cancel_token
+        changes: dict[str, Any] = {}
         if ctx.limits is None:
-            ctx = dataclasses.replace(ctx, limits=_limits(request.limits))
+            changes["limits"] = _limits(request.limits)
+        if not spec.is_async:
+            loop = asyncio.get_running_loop()
+            changes["progress"] = _ThreadSafeProgress(ctx.progress, loop)
+        if changes:
+            ctx = dataclasses.replace(ctx, **changes)  # one copy for both
         if spec.is_async:
             work: asyncio.Future[Any] = asyncio.ensure_future(spec.execute_fn(call.arguments, ctx))
         else:
-            ctx = dataclasses.replace(
-                ctx, progress=_ThreadSafeProgress(ctx.progress, asyncio.get_running_loop())
-            )
             work = asyncio.ensure_future(asyncio.to_thread(spec.execute_fn, call.arguments, ctx))
         cancelled = asyncio.ensure_future(token.wait())
         try:
