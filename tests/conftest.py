@@ -74,3 +74,12 @@ def no_toolpool_file_left_in_tmp() -> Iterator[None]:
     yield
     gc.collect()  # an in-process Coordinator a test did not close removes its scratch then
     assert sorted(_toolpool_temp_files() - before) == []
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory next to the workspace, with a secret in it: what must stay out."""
+    place = tmp_path / "outside"
+    place.mkdir()
+    (place / "secret.txt").write_text("top secret\n")
+    return place

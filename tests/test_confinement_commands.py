@@ -35,6 +35,20 @@ def run(workspace: Path, command: str, tmp_path: Path) -> str:
     return bash.execute({"command": command}, ctx)
 
 
+def run_confined(
+    argv: list[str], workspace: Path, policy: Policy
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` confined under ``policy``; the sandbox itself must have started."""
+    with confined(argv, workspace=workspace, policy=policy) as box:
+        done = subprocess.run(
+            box.argv, cwd=workspace, capture_output=True, text=True, pass_fds=box.pass_fds,
+            env=box.env, check=False, timeout=60,
+        )  # fmt: skip
+        box.started()
+    assert box.failure(done.returncode, done.stdout + done.stderr) is None, done.stderr
+    return done
+
+
 # x86_64 system call numbers of everything X5 denies.
 X86_64 = {
     "mount": 165,
@@ -147,13 +161,7 @@ def test_X9_hidden_paths_are_absent_inside_commands(tmp_path: Path) -> None:
         (workspace / "mine.txt").write_text("visible")
         policy = Policy(hidden=default_deny_read(home))
         script = f"cat {home}/.ssh/id_ed25519 {home}/.netrc; ls -A {home}/.ssh; cat mine.txt"
-        with confined(["bash", "-c", script], workspace=workspace, policy=policy) as box:
-            done = subprocess.run(
-                box.argv, cwd=workspace, capture_output=True, text=True, pass_fds=box.pass_fds,
-                env=box.env, check=False, timeout=60,
-            )  # fmt: skip
-            box.started()
-        assert box.failure(done.returncode, done.stdout + done.stderr) is None
+        done = run_confined(["bash", "-c", script], workspace, policy)
         assert "PRIVATE KEY" not in done.stdout and "hunter2" not in done.stdout
         assert done.stdout.strip() == "visible"
     finally:
@@ -193,15 +201,7 @@ def test_X1_the_interpreter_stays_visible_under_whatever_is_masked(
     masked = list(mounts.interpreter_paths())
     policy = Policy(hidden=tuple(masked))
     code = "import sys; print('python runs', sys.version_info[0])"
-    with confined(
-        [sys.executable, "-I", "-S", "-c", code], workspace=workspace, policy=policy
-    ) as box:
-        done = subprocess.run(
-            box.argv, cwd=workspace, capture_output=True, text=True, pass_fds=box.pass_fds,
-            env=box.env, check=False, timeout=60,
-        )  # fmt: skip
-        box.started()
-    assert box.failure(done.returncode, done.stdout + done.stderr) is None, done.stderr
+    done = run_confined([sys.executable, "-I", "-S", "-c", code], workspace, policy)
     assert done.stdout.strip() == "python runs 3"
 
 
@@ -263,13 +263,7 @@ def test_X9_a_hidden_path_inside_the_workspace_is_masked_there_too(workspace: Pa
     (workspace / "code.py").write_text("print('hi')")
     policy = Policy(hidden=(str(secrets),))
     script = "cat .aws/credentials 2>&1; ls -A .aws | wc -l; touch .aws/x 2>&1; cat code.py"
-    with confined(["bash", "-c", script], workspace=workspace, policy=policy) as box:
-        done = subprocess.run(
-            box.argv, cwd=workspace, capture_output=True, text=True, pass_fds=box.pass_fds,
-            env=box.env, check=False, timeout=60,
-        )  # fmt: skip
-        box.started()
-    assert box.failure(done.returncode, done.stdout) is None
+    done = run_confined(["bash", "-c", script], workspace, policy)
     assert "AKIA-SECRET" not in done.stdout
     assert "print('hi')" in done.stdout
     assert not (secrets / "x").exists()

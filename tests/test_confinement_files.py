@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,39 +16,17 @@ import pytest
 
 from toolpool import Client, ToolCall, ToolResult
 from toolpool.engine import Coordinator
-from toolpool.runtime import read_endpoint
 from toolpool.tools import bash as bash_tool
 from toolpool.tools import read_tool
 
-from .daemon_support import ROOT, Daemon, daemon_env, running, stop_daemon
+from .daemon_support import Daemon, running, start_daemon, stop_daemon
 
 SPILL_MARK = "Full output ("
 
 
 def start_daemon_with_tmpdir(tmp: Path, tmpdir: Path) -> Daemon:
     """``daemon_support.start_daemon`` with the daemon's TMPDIR set to ``tmpdir``."""
-    runtime = tmp / "rt"
-    log = tmp / "daemon.log"
-    argv = [
-        sys.executable, "-m", "toolpool", "daemon", "run",
-        "--runtime-dir", str(runtime),
-        "--min-workers", "1", "--max-workers", "2",
-        "--tool-module", "toolpool.tools",
-        "--log-file", str(log), "--log-level", "debug",
-    ]  # fmt: skip
-    env = {**daemon_env(tmp), "TMPDIR": str(tmpdir)}
-    process = subprocess.Popen(argv, cwd=ROOT, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        info = read_endpoint(runtime)
-        if info is not None and info.get("pid") == process.pid:
-            return Daemon(process, runtime, log)
-        if process.poll() is not None:
-            raise AssertionError(f"the daemon exited with {process.returncode}: {log.read_text()}")
-        time.sleep(0.05)
-    process.kill()
-    process.wait()
-    raise AssertionError("the daemon did not come up")
+    return start_daemon(tmp, env={"TMPDIR": str(tmpdir)})
 
 
 def bash(call_id: str, command: str) -> ToolCall:

@@ -228,14 +228,6 @@ def test_a_swapper_cannot_lead_glob_or_grep_outside(arena: tuple[Path, Path]) ->
 # -- the symlink rules ---------------------------------------------------------------
 
 
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    place = tmp_path / "outside"
-    place.mkdir()
-    (place / "secret.txt").write_text("top secret\n")
-    return place
-
-
 @pytest.mark.spec("X4")
 def test_an_absolute_link_into_the_workspace_is_followed(workspace: Path) -> None:
     (workspace / "sub").mkdir()

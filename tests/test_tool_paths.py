@@ -15,15 +15,6 @@ from toolpool.tools.paths import Access, display, resolve
 from .tool_support import read_whole, text, tool_context
 
 
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    """A directory next to the workspace, with a secret in it."""
-    place = tmp_path / "outside"
-    place.mkdir()
-    (place / "secret.txt").write_text("top secret\n")
-    return place
-
-
 @pytest.mark.spec("F1")
 @pytest.mark.parametrize(
     ("spelling", "expected"),
