@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolpool.sandbox import confine_exec
-from toolpool.sandbox.policy import Policy
+from toolpool.sandbox.policy import Policy, is_under
 
 PRIVATE_HOME = "/tmp/home"  # HOME inside the sandbox: on the private /tmp
 
@@ -39,27 +39,17 @@ def interpreter_paths() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}))
 
 
-@functools.lru_cache(maxsize=64)
-def _real(path: str) -> str:
-    """realpath, once per worker: the hidden paths are the operator's, not the model's."""
-    return os.path.realpath(path)
-
-
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
 def _strictly_under(path: str, others: Sequence[str]) -> bool:
-    return any(path != o and _under(path, o) for o in others)
+    return any(path != o and is_under(path, o) for o in others)
 
 
 def _masked(policy: Policy) -> list[str]:
     """Paths replaced by an empty tmpfs (directories) or /dev/null (files), but none
     inside another (what a mask covers is gone already)."""
-    masked = [p for p in policy.hidden if os.path.lexists(p)]
+    masked = [str(p) for p in policy.hidden_paths() if os.path.lexists(p)]
     if policy.private_run:
-        masked += [p for p in ("/run", "/var/run") if os.path.isdir(p)]
-    masks = list(dict.fromkeys(_real(p) for p in masked))
+        masked += [os.path.realpath(p) for p in ("/run", "/var/run") if os.path.isdir(p)]
+    masks = list(dict.fromkeys(masked))
     return [m for m in masks if not _strictly_under(m, masks)]
 
 
@@ -72,15 +62,15 @@ def bwrap_mounts(roots: Sequence[Path], policy: Policy, tmp_bytes: int) -> list[
     args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     args += ["--dir", PRIVATE_HOME]
     masks = _masked(policy)
-    outer = [m for m in masks if not any(_under(m, r) for r in real_roots)]
+    outer = [m for m in masks if not any(is_under(m, r) for r in real_roots)]
     inner = [m for m in masks if m not in outer and m not in real_roots]
     directories = {m for m in masks if os.path.isdir(m)}
     for mask in outer:
         args += _mask(mask, mask in directories)
     # Whatever a mask (or the private /tmp) covers but the command needs, back again.
     covering = ["/tmp", *outer]
-    keep = [p for p in interpreter_paths() if any(_under(p, c) for c in covering)]
-    resolv = _real("/etc/resolv.conf")
+    keep = [p for p in interpreter_paths() if any(is_under(p, c) for c in covering)]
+    resolv = os.path.realpath("/etc/resolv.conf")
     if _strictly_under(resolv, covering) and os.path.exists(resolv):
         keep.append(resolv)
     for path in keep:

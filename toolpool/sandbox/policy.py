@@ -9,6 +9,7 @@ the file tools refuse hidden paths (``is_hidden``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -88,17 +89,17 @@ class Policy:
 
     def hidden_paths(self) -> list[Path]:
         """The hidden paths as real paths (symlinks resolved), longest first."""
-        resolved = {Path(os.path.realpath(p)) for p in self.hidden}
-        return sorted(resolved, key=lambda p: -len(p.parts))
+        return [Path(p) for p in _resolved(self.hidden)]
 
     def is_hidden(self, path: Path, roots: Iterable[Path] = ()) -> bool:
         """Whether the real path ``path`` lies in a hidden path. A hidden path that
         contains one of ``roots`` (the session's workspace under /root) hides only
         what lies outside those roots."""
-        for hidden in self.hidden_paths():
-            if not path.is_relative_to(hidden):
+        text = str(path)
+        for hidden in _resolved(self.hidden):
+            if not is_under(text, hidden):
                 continue
-            if any(path.is_relative_to(r) and r.is_relative_to(hidden) for r in roots):
+            if any(is_under(text, str(r)) and is_under(str(r), hidden) for r in roots):
                 continue
             return True
         return False
@@ -132,6 +133,19 @@ class Policy:
 # What workers keep besides ENV_ALLOWED (imports, home, temporary files, coverage).
 WORKER_ENV_ALLOWED = ("HOME", "USER", "LOGNAME", "TMPDIR", "VIRTUAL_ENV", "XDG_RUNTIME_DIR")
 WORKER_ENV_PREFIXES = ("PYTHON", "TOOLPOOL_", "COV_CORE_", "COVERAGE_")
+
+
+@functools.lru_cache(maxsize=32)
+def _resolved(hidden: tuple[str, ...]) -> tuple[str, ...]:
+    """``hidden`` as real paths, longest first; resolved once per process (they are
+    the operator's paths, not the model's): every file-tool call asks."""
+    return tuple(sorted({os.path.realpath(p) for p in hidden}, key=lambda p: -p.count("/")))
+
+
+def is_under(path: str, parent: str) -> bool:
+    """Whether ``path`` is ``parent`` or lies beneath it (both real paths, as text)."""
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
 
 _active: Policy | None = None
 
