@@ -10,6 +10,7 @@ from toolpool.engine.breaker import Breaker, BreakerEffect, breaker_effect
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.executor import ExecutionRequest, Executor
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
+from toolpool.engine.hold import Hold
 from toolpool.engine.inprocess import InProcessExecutor
 from toolpool.engine.middleware import Middleware, Next
 from toolpool.engine.pipeline import Pipeline
@@ -26,6 +27,7 @@ __all__ = [
     "Gate",
     "GateDecision",
     "GateRequest",
+    "Hold",
     "InProcessExecutor",
     "Middleware",
     "Next",

@@ -24,6 +24,7 @@ from typing import Any
 
 from toolpool.engine.executor import Executor
 from toolpool.engine.gate import Gate
+from toolpool.engine.hold import Hold
 from toolpool.engine.inprocess import InProcessExecutor
 from toolpool.engine.middleware import Middleware
 from toolpool.engine.pipeline import EventSink, Pipeline
@@ -125,9 +126,11 @@ class Coordinator:
         max_tool_concurrency: int | None = None,
         turn_id: str | None = None,
         open: bool = False,
+        hold: Hold | None = None,
     ) -> Turn:
         """Start a turn (it waits for the session's previous turn) and return it;
-        ``open`` turns take more calls until closed (``Turn.add``, ``Turn.close``)."""
+        ``open`` turns take more calls until closed (``Turn.add``, ``Turn.close``);
+        while ``hold`` is on, the turn starts no new calls."""
         turn = Turn(
             calls,
             session=session,
@@ -139,6 +142,7 @@ class Coordinator:
             gate=gate,
             turn_id=turn_id,
             open=open,
+            hold=hold,
         )
         return turn.start()
 

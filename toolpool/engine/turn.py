@@ -19,6 +19,7 @@ from typing import Any
 
 from toolpool.cancel import CancelSource, CancelToken
 from toolpool.engine.gate import Gate
+from toolpool.engine.hold import Hold
 from toolpool.engine.pipeline import EventSink, Pipeline
 from toolpool.engine.scheduler import CallState, StopPlan, TurnScheduler
 from toolpool.engine.session import Session
@@ -74,6 +75,9 @@ class Turn:
     its tail under the same scheduling rules, and ends only after ``close()``: the
     shape of a connection whose calls arrive one by one (MCP). Any call of any turn
     can be cancelled alone (``cancel``).
+
+    While ``hold`` is on (the daemon's client stopped reading, L5) the turn starts no
+    new calls; the ones running go on, and stops and cancels still end queued calls.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Turn:
         gate: Gate | None = None,
         turn_id: str | None = None,
         open: bool = False,
+        hold: Hold | None = None,
     ) -> None:
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
@@ -102,6 +107,7 @@ class Turn:
         self._max = max_tool_concurrency
         self._emit = _guarded(emit)
         self._gate = gate
+        self._hold = hold
         self.state = TurnState.WAITING
         self._stop_requested: CancelSource | None = None  # a stop asked before the start
         self._scheduler: TurnScheduler | None = None
@@ -147,6 +153,7 @@ class Turn:
             call = self.calls[i]
             result = never_started_result(call, source)
             self._results[i] = self._pipeline.end_unstarted(call, self.session, self._emit, result)
+        self._wake.set()  # a held turn may have nothing left to wait for
 
     def add(self, calls: Sequence[ToolCall]) -> None:
         """Queue more calls at the tail of an open turn."""
@@ -183,6 +190,7 @@ class Turn:
                 self._results[index] = self._pipeline.end_unstarted(
                     call, self.session, self._emit, result
                 )
+                self._wake.set()
             case CallState.DONE:
                 pass
 
@@ -253,6 +261,7 @@ class Turn:
             self._wake.set()
 
         cancelled_from_outside = False
+        unwatch = self._hold.watch(self._wake) if self._hold is not None else None
         while True:
             for i, work in self._start_ready(scheduler):
                 task = asyncio.ensure_future(work)
@@ -265,7 +274,8 @@ class Turn:
                     scheduler.finish(i)
                     running -= 1
                 continue
-            if not running and (self._closed or scheduler.statistics().stopped):
+            statistics = scheduler.statistics()
+            if not running and (self._closed or statistics.stopped) and not statistics.queued:
                 break
             self._wake.clear()
             try:
@@ -275,6 +285,8 @@ class Turn:
                 # still ends with its events; the cancellation goes on after turn_end.
                 cancelled_from_outside = True
                 self.abort()
+        if unwatch is not None:
+            unwatch()
         return cancelled_from_outside
 
     def _start_ready(
@@ -284,6 +296,8 @@ class Turn:
         call that a guard ends at once (P1, P2) frees its place at once, so ask again
         until nothing more starts."""
         started: list[tuple[int, Coroutine[Any, Any, ToolResult]]] = []
+        if self._hold is not None and self._hold.on:
+            return started
         while ready := scheduler.start_ready():
             for i in ready:
                 begun = self._pipeline.begin(
