@@ -7,6 +7,7 @@ per session, shared by read, edit and write.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
@@ -100,6 +101,16 @@ class FileReadRegister:
         with self._lock:
             self._stamps.pop(self.key(path), None)
 
+    def mark_partial(self, path: str | os.PathLike[str], *, since: float) -> bool:
+        """Make the stamp of ``path`` a partial one if it is whole and was recorded at
+        or after ``since`` (a read whose output the model got only part of: SPEC L4);
+        True when it did. An older stamp is another call's and stays."""
+        stamp = self.get(path)
+        if stamp is None or stamp.partial or stamp.read_at < since:
+            return False
+        self.record(path, dataclasses.replace(stamp, partial=True))
+        return True
+
     def freshness(self, path: str | os.PathLike[str]) -> Freshness:
         """Compare the file on disk with its stamp. Cheap: a stat, and a hash only
         when the mtime or size moved (a file touched but unchanged is still fresh)."""
@@ -137,8 +148,8 @@ class FileReadRegister:
                 )
             case Freshness.PARTIAL:
                 return ValidationResult.failed(
-                    f"File {path} was only partly read (offset/limit). Read the whole file "
-                    "before writing to it.",
+                    f"File {path} was only partly read (offset/limit, or its output was cut). "
+                    "Read the whole file before writing to it.",
                     CODE_NOT_READ,
                 )
             case Freshness.CHANGED:

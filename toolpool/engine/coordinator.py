@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS, check_turn_output_chars
 from toolpool.engine.executor import Executor
 from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
@@ -55,12 +56,16 @@ class Coordinator:
         max_tool_concurrency: int = DEFAULT_MAX_TOOL_CONCURRENCY,
         max_tool_errors: int = DEFAULT_MAX_TOOL_ERRORS,
         scratch_root: Path | None = None,
+        turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
     ) -> None:
+        """``turn_output_chars``: the default output budget of a session's turns (SPEC
+        L4), in characters of text; 0 means no budget."""
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.executor = executor or InProcessExecutor()
         self.pipeline = Pipeline(self.registry, self.executor, gate=gate, middlewares=middlewares)
         self.max_tool_concurrency = max_tool_concurrency
         self.max_tool_errors = max_tool_errors
+        self.turn_output_chars = check_turn_output_chars(turn_output_chars)
         self.sessions: dict[str, Session] = {}
         self._scratch_root = scratch_root
         self._own_scratch: weakref.finalize[Any, Any] | None = None
@@ -94,7 +99,10 @@ class Coordinator:
         allow_network: bool = False,
         max_tool_errors: int | None = None,
         limits: Mapping[str, Any] | None = None,
+        turn_output_chars: int | None = None,
     ) -> Session:
+        """``turn_output_chars``: this session's turn output budget (L4); None takes
+        the coordinator's, 0 means none."""
         if session_id is not None and session_id in self.sessions:
             raise ValueError(f"session {session_id} is already open")
         session = Session(
@@ -105,6 +113,9 @@ class Coordinator:
             allow_network=allow_network,
             max_tool_errors=self.max_tool_errors if max_tool_errors is None else max_tool_errors,
             limits=limits,
+            turn_output_chars=(
+                self.turn_output_chars if turn_output_chars is None else turn_output_chars
+            ),
         )
         if session.id in self.sessions:  # a random id met an open one
             raise ValueError(f"session {session.id} is already open")

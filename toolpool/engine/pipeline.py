@@ -2,7 +2,8 @@
 
     P1 cancelled? → P2 breaker open? → P3 tool_start → P4 find tool → P5 schema (with
     coercion) → P6 validate → P7 preview → P8 gate → P9/P10 execute with progress,
-    through the middleware chain → P11 tool_end, breaker accounting.
+    through the middleware chain → the turn's output budget (L4: a result over its
+    share is cut, before anyone sees it) → P11 tool_end, breaker accounting.
 
 Every step may end the call early, and an early end is a result, never an exception:
 ``run`` always returns a ToolResult and always emits exactly one ``tool_start`` and
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from toolpool.arguments import ArgumentCheck
 from toolpool.cancel import CancelToken
+from toolpool.engine.budget import OutputShare, cut_to_share, over_share, spill_limit, write_spill
 from toolpool.engine.executor import ExecutionRequest, Executor
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.engine.middleware import Middleware, build_chain
@@ -68,6 +72,7 @@ class InFlight:
     token: CancelToken
     progress: _Progress
     gate: Gate | None
+    share: OutputShare | None = None  # of the turn's output budget (L4); None: no cut
 
 
 class Pipeline:
@@ -93,9 +98,11 @@ class Pipeline:
         token: CancelToken,
         *,
         gate: Gate | None = None,
+        share: OutputShare | None = None,
     ) -> ToolResult:
-        """Take one call through the pipeline; ``gate`` overrides the pipeline's gate."""
-        begun = self.begin(call, session, emit, token, gate=gate)
+        """Take one call through the pipeline; ``gate`` overrides the pipeline's gate;
+        a result over ``share`` is cut (L4; a turn gives each call its share)."""
+        begun = self.begin(call, session, emit, token, gate=gate, share=share)
         return begun if isinstance(begun, ToolResult) else await self.complete(begun)
 
     def begin(
@@ -106,6 +113,7 @@ class Pipeline:
         token: CancelToken,
         *,
         gate: Gate | None = None,
+        share: OutputShare | None = None,
     ) -> ToolResult | InFlight:
         """P1-P3, synchronously: the call's result when a guard ended it, otherwise the
         call in flight, its ``tool_start`` emitted, for ``complete``.
@@ -114,7 +122,8 @@ class Pipeline:
         events are in turn order whatever happens next (S2).
         """
         if token.requested:  # P1
-            return self.end_unstarted(call, session, emit, cancelled_result(call, token.source))
+            result = cancelled_result(call, token.source)
+            return self.end_unstarted(call, session, emit, result, share=share)
         if session.breaker.is_open(call.name):  # P2
             failures = session.breaker.failures(call.name)
             message = (
@@ -122,30 +131,64 @@ class Pipeline:
                 "Try a different approach or another tool."
             )
             result = ToolResult.error(call, ErrorCode.BREAKER_OPEN, message)
-            return self.end_unstarted(call, session, emit, result)
+            return self.end_unstarted(call, session, emit, result, share=share)
 
         spec = self.registry.get(call.name)
         label = spec.label() if spec else call.name
         activity = spec.activity(call.arguments) if spec else None
         emit(ToolStart(call.id, call.name, call.arguments, label, activity))  # P3
-        return InFlight(call, spec, session, emit, token, _Progress(call, emit), gate or self.gate)
+        progress = _Progress(call, emit)
+        return InFlight(call, spec, session, emit, token, progress, gate or self.gate, share)
 
     async def complete(self, flight: InFlight) -> ToolResult:
         """P4-P11 for a call that ``begin`` let through."""
+        began = time.time()  # the clock of register stamps: which ones this call made
         try:
             result = await self._started(flight)
         finally:
             flight.progress.open = False
+        if over_share(result, flight.share):
+            assert flight.share is not None
+            result = self._cut(flight, result, flight.share, began)
         return self._end(flight.session, flight.emit, result)
 
     def end_unstarted(
-        self, call: ToolCall, session: Session, emit: EventSink, result: ToolResult
+        self,
+        call: ToolCall,
+        session: Session,
+        emit: EventSink,
+        result: ToolResult,
+        *,
+        share: OutputShare | None = None,
     ) -> ToolResult:
         """End a call that never entered the pipeline proper (P1, P2, S4, S5): a
         tool_start and a tool_end all the same (P12), nothing else."""
         spec = self.registry.get(call.name)
         emit(ToolStart(call.id, call.name, call.arguments, spec.label() if spec else call.name))
+        if share is not None and over_share(result, share):  # a tiny share only
+            spill = write_spill(
+                session.scratch_dir, call.id, result.text, spill_limit(session.limits)
+            )
+            result = cut_to_share(result, share, spill)
         return self._end(session, emit, result)
+
+    def _cut(
+        self, flight: InFlight, result: ToolResult, share: OutputShare, began: float
+    ) -> ToolResult:
+        """L4: ``result`` cut to ``share``, its full text in a spill file of the
+        session's scratch; a read-only tool's stamps of its files made partial (the
+        model saw only part of what it read), those this call recorded."""
+        session, call, spec = flight.session, flight.call, flight.spec
+        spill = write_spill(session.scratch_dir, call.id, result.text, spill_limit(session.limits))
+        partly: list[str] = []
+        if spec is not None and call.arguments_error is None:
+            args, _ = spec.checker.coerce(call.arguments)
+            if spec.read_only(args):
+                ctx = session.context(call, flight.token)
+                for path in spec.file_paths(args, ctx):
+                    if session.files.mark_partial(path, since=began):
+                        partly.append(_shown(path, session))
+        return cut_to_share(result, share, spill, partly_read=partly)
 
     @staticmethod
     def _end(session: Session, emit: EventSink, result: ToolResult) -> ToolResult:
@@ -212,6 +255,14 @@ class Pipeline:
         except Exception as exc:  # a middleware or executor broke its contract
             result = result_from_exception(call, exc)
         return _noted(result, check)
+
+
+def _shown(path: Path, session: Session) -> str:
+    """A path as the model names it: relative to the workspace when inside it."""
+    try:
+        return str(path.relative_to(session.workspace))
+    except ValueError:
+        return str(path)
 
 
 async def _ask(gate: Gate, request: GateRequest) -> GateDecision:

@@ -2,10 +2,13 @@
 
 It owns the workspace, the file-read register and the breaker's counts. Its turns
 run one after another: a turn holds ``turn_lock`` from its first call to its end.
+``turn_output_chars`` bounds the text of each of its turns (SPEC L4, ``budget.py``;
+0: no bound).
 
-Its scratch directory (spill files) is ``<scratch_root>/<session id>``, created mode
-0700 when the session opens and removed when it closes (SPEC X8); without a
-``scratch_root`` the session makes a private temporary one of its own.
+Its scratch directory (spill files: bash's in ``bash/``, cut results' in ``output/``)
+is ``<scratch_root>/<session id>``, created mode 0700 when the session opens and
+removed when it closes (SPEC X8); without a ``scratch_root`` the session makes a
+private temporary one of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from toolpool.cancel import CancelToken
 from toolpool.engine.breaker import Breaker
+from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS, check_turn_output_chars
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
 from toolpool.runtime import private_dir
@@ -49,6 +53,7 @@ class Session:
         max_tool_errors: int = 3,
         limits: Mapping[str, Any] | None = None,
         scratch_root: Path | None = None,
+        turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
     ) -> None:
         root = Path(workspace).resolve()
         if not root.is_dir():
@@ -59,6 +64,7 @@ class Session:
         self.allow_network = allow_network
         self.limits = dict(limits or {})  # resource limit overrides for this session's calls
         self.breaker = Breaker(max_tool_errors)
+        self.turn_output_chars = check_turn_output_chars(turn_output_chars)  # 0: none
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()
         # Private (0700) before any tool writes there; removed by close().

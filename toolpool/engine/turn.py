@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from toolpool.cancel import CancelSource, CancelToken
+from toolpool.engine.budget import turn_share
 from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
 from toolpool.engine.pipeline import EventSink, Pipeline
@@ -76,6 +77,11 @@ class Turn:
     shape of a connection whose calls arrive one by one (MCP). Any call of any turn
     can be cancelled alone (``cancel``).
 
+    Each call's share of the session's output budget (L4) is fixed when the turn is
+    submitted: ``turn_output_chars // n`` for the n calls of a closed turn, and for
+    every call of an open turn, appended ones too, ``turn_output_chars // max(n, 4)``
+    (``budget.turn_share``). Finishing order never changes a cut.
+
     While ``hold`` is on (the daemon's client stopped reading, L5) the turn starts no
     new calls; the ones running go on, and stops and cancels still end queued calls.
     """
@@ -103,6 +109,8 @@ class Turn:
         self._wake = asyncio.Event()  # calls were added, or the turn was closed
         self._cancel_first: dict[int, CancelSource] = {}  # cancelled before the start
         self.session = session
+        # L4: fixed at submission, for the calls given now and any appended later.
+        self.share = turn_share(session.turn_output_chars, len(self.calls), open=open)
         self._pipeline = pipeline
         self._max = max_tool_concurrency
         self._emit = _guarded(emit)
@@ -152,7 +160,9 @@ class Turn:
         for i in plan.never_started:
             call = self.calls[i]
             result = never_started_result(call, source)
-            self._results[i] = self._pipeline.end_unstarted(call, self.session, self._emit, result)
+            self._results[i] = self._pipeline.end_unstarted(
+                call, self.session, self._emit, result, share=self.share
+            )
         self._wake.set()  # a held turn may have nothing left to wait for
 
     def add(self, calls: Sequence[ToolCall]) -> None:
@@ -188,7 +198,7 @@ class Turn:
                 call = self.calls[index]
                 result = never_started_result(call, source)
                 self._results[index] = self._pipeline.end_unstarted(
-                    call, self.session, self._emit, result
+                    call, self.session, self._emit, result, share=self.share
                 )
                 self._wake.set()
             case CallState.DONE:
@@ -301,7 +311,12 @@ class Turn:
         while ready := scheduler.start_ready():
             for i in ready:
                 begun = self._pipeline.begin(
-                    self.calls[i], self.session, self._emit, self._tokens[i], gate=self._gate
+                    self.calls[i],
+                    self.session,
+                    self._emit,
+                    self._tokens[i],
+                    gate=self._gate,
+                    share=self.share,
                 )
                 if isinstance(begun, ToolResult):
                     self._results[i] = begun
