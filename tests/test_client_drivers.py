@@ -48,6 +48,7 @@ from toolpool.protocol import (
     Welcome,
     decode,
     encode,
+    event_to_wire,
 )
 
 from .daemon_support import Daemon, shared_daemon
@@ -89,7 +90,7 @@ def result(call_id: str, text: str = "ok") -> ToolResult:
 
 
 def events(turn_id: str, *items: Any) -> bytes:
-    return encode(TurnEvent(turn_id, [item.to_dict() for item in items]))
+    return encode(TurnEvent(turn_id, [event_to_wire(item) for item in items]))
 
 
 def submitted(connection: Connection, call_ids: list[str]) -> tuple[Operation[Any], Submit]:

@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
-from toolpool import ToolError
+from toolpool import ToolCall, ToolError
+from toolpool.engine import Coordinator
 from toolpool.sandbox.policy import Policy, active_policy, set_active_policy
 from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
 from toolpool.tools import FILE_TOOLS, read_tool, write_tool
+from toolpool.tools.bash import bash
 from toolpool.tools.paths import Access, open_beneath, open_path, resolve
 from toolpool.tools.ripgrep import run_ripgrep
 
@@ -433,3 +435,27 @@ def test_a_hidden_path_holding_the_workspace_leaves_the_workspace_visible(
         assert "a.txt" in str(_tool("ls").execute({}, ctx))
     finally:
         set_active_policy(before)
+
+
+@pytest.mark.spec("X8")
+async def test_X8_a_call_id_cannot_name_a_spill_file_elsewhere(workspace: Path) -> None:
+    """The call id is the model's: bash's spill file is named from it, cut to safe
+    characters, never a path ("../../x") nor an earlier call's file."""
+    coordinator = Coordinator([bash])
+    session = coordinator.open_session(workspace)
+    scratch = session.scratch_dir
+    assert scratch is not None
+    try:
+        spills = []
+        for call_id in ("../../escape", "../../escape", "a/b"):
+            (result,) = await coordinator.run_turn(
+                session, [ToolCall(call_id, "bash", {"command": "seq 1 300000"})]
+            )
+            spills.append(Path(result.text.splitlines()[-1].split(": ", 1)[1]))
+        assert all(p.parent == scratch / "bash" and p.is_file() for p in spills)
+        assert len(set(spills)) == 3  # the same id twice: two files
+        assert spills[0].name.startswith("______escape-")
+        assert not (scratch.parent / "escape.log").exists()
+        assert not list(scratch.parent.parent.glob("escape*"))
+    finally:
+        coordinator.close()

@@ -12,16 +12,16 @@ import zmq.asyncio
 from toolpool.daemon import server as server_module
 from toolpool.daemon.server import Server
 from toolpool.engine import Coordinator
-from toolpool.protocol import Error, TurnEvent, decode
+from toolpool.protocol import Hello, TurnEvent, Welcome, decode, encode
 
 LIMIT = 4096
 
 
 @pytest.mark.spec("D5")
-async def test_D5_events_batched_past_the_frame_limit_go_in_several_frames(
+async def test_D5_events_batched_past_a_chunk_go_in_several_frames(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_module, "MAX_FRAME_BYTES", LIMIT)
+    monkeypatch.setattr(server_module, "CHUNK_BYTES", LIMIT)
     server = Server(Coordinator([]))
     endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
     server.start()
@@ -30,9 +30,9 @@ async def test_D5_events_batched_past_the_frame_limit_go_in_several_frames(
     client.setsockopt(zmq.IDENTITY, b"client-1")
     client.connect(endpoint)
     try:
-        await client.send(b"not msgpack")  # makes the server know us; answered with an error
-        assert isinstance(decode(await client.recv()), Error)
-        # 20 events of ~1 kB, emitted in one turn of the loop: one batch, over the limit
+        await client.send(encode(Hello("h1", client="test")))
+        assert isinstance(decode(await client.recv()), Welcome)
+        # 20 events of ~1 kB, emitted in one turn of the loop: one batch, over a chunk
         for i in range(20):
             server.send_event(
                 (0, b"client-1"), "t1", {"type": "tool_update", "n": i, "x": "y" * 1000}

@@ -18,7 +18,9 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,17 @@ SOCKET_NAME = "daemon.sock"
 ENDPOINT_NAME = "daemon.json"
 PID_NAME = "daemon.pid"
 SCRATCH_PREFIX = "scratch-"  # + the daemon's pid: its sessions' scratch directories
+SPILL_PREFIX = "spill-"  # + the daemon's pid: frames waiting for clients that do not read
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def spill_name(call_id: str, suffix: str) -> str:
+    """A fresh file name for a call's spill file: the call id (the model's choice, so
+    anything: "../x") cut to letters, digits, ``_`` and ``-``, and a random part, so
+    that no id names a path elsewhere or an earlier call's file."""
+    return f"{_UNSAFE_NAME.sub('_', call_id)[:64] or 'call'}-{uuid.uuid4().hex[:8]}{suffix}"
 
 
 class RuntimeDirError(ToolpoolError):

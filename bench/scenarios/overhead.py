@@ -18,18 +18,34 @@ from bench.common import REPO, daemon, env, summary
 from bench.tools import bench_noop, noop
 from toolpool import Client, ToolCall, ToolResult
 from toolpool.engine import Coordinator, InProcessExecutor
-from toolpool.models import TextBlock, TurnEnd
-from toolpool.protocol import Submit, TurnEvent, encode
+from toolpool.models import (
+    Event,
+    MessageEnd,
+    MessageStart,
+    TextBlock,
+    ToolEnd,
+    ToolMessage,
+    TurnEnd,
+)
+from toolpool.protocol import Submit, TurnEvent, encode, event_to_wire
 
 NAME = "overhead"
 
 
 def _call_frames() -> tuple[bytes, bytes]:
-    """A one-call Submit and the turn_end that answers it: a call's frame sizes."""
+    """A one-call Submit and the events that end its turn (in one frame, as the daemon
+    batches them): a call's frame sizes."""
     call = ToolCall("c1", "bench_noop", {})
     submit = encode(Submit("r1", "0123456789ab", [call.to_dict()], "toolpool"))
     result = ToolResult("c1", "bench_noop", (TextBlock("ok"),))
-    end = encode(TurnEvent("0123456789ab", [TurnEnd((result,)).to_dict()]))
+    message = ToolMessage.from_result(result)
+    ending: list[Event] = [
+        ToolEnd("c1", "bench_noop", result),
+        MessageStart(message),
+        MessageEnd(message),
+        TurnEnd((result,)),
+    ]
+    end = encode(TurnEvent("0123456789ab", [event_to_wire(e) for e in ending]))
     return submit, end
 
 

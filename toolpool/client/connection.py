@@ -40,13 +40,14 @@ from toolpool.client.errors import (
     RequestFailed,
 )
 from toolpool.client.operation import Deferred, Operation, TurnCursor
-from toolpool.models import ToolResult, event_from_dict
+from toolpool.models import ToolResult
 
 T = TypeVar("T")
 M = TypeVar("M")
 
 ApprovalHandler = Callable[[ApprovalRequested], Any]
 CLOSE_TIMEOUT = 2.0  # seconds a session's close waits for the daemon
+ACK_BYTES = 256 * 1024  # the client acknowledges what it read this often (SPEC L5)
 
 
 class Connection:
@@ -69,6 +70,10 @@ class Connection:
         self._accepted: dict[str, TurnLog] = {}  # a Submit's request id → its turn's log
         self._turns: dict[str, TurnLog] = {}  # turns still running, by id
         self._handlers: dict[str, ApprovalHandler | None] = {}  # by session id
+        self._readers: dict[str, wire.EventReader] = {}  # running turns' event readers
+        self._chunks = wire.Reassembly()
+        self._received = 0  # bytes of frames from the daemon, acknowledged in steps
+        self._acked = 0
 
     # -- life --------------------------------------------------------------------------
 
@@ -142,6 +147,7 @@ class Connection:
             log = self._accepted.pop(request_id, None)
             if log is not None:
                 self._turns.pop(log.turn_id, None)
+                self._readers.pop(log.turn_id, None)
 
         return Operation(
             self,
@@ -253,8 +259,21 @@ class Connection:
         is async: the driver awaits each and gives its value to ``decide``."""
         if self.failure is not None:
             return []  # what arrives after the end changes nothing
+        self._received += len(frame)
+        if self._received - self._acked >= ACK_BYTES:
+            self._acked = self._received
+            self._send(wire.Ack(self._received))
         try:
             message = wire.decode(frame)
+            if isinstance(message, wire.Chunk):
+                whole = self._chunks.add(message)
+                if whole is None:
+                    return []
+                message = wire.decode(whole)
+                if isinstance(message, wire.Chunk):
+                    raise wire.ProtocolError("a chunked message that is a chunk")
+            elif self._chunks.pending and not _let_go(message):  # which cuts a stream short
+                raise wire.ProtocolError(f"a {message.type.value} amid a chunked message")
         except wire.ProtocolError as exc:
             self.fail(ClientProtocolError(str(exc)))
             return []
@@ -265,6 +284,8 @@ class Connection:
                 return self._approval(message)
             case wire.Ping():
                 pass  # the daemon checks that we are there: a delivered ping says so
+            case wire.Error() if _let_go(message):
+                self.fail(DaemonUnavailable(message.message))
             case _:
                 request_id = getattr(message, "request_id", None)
                 if request_id in self._waiting:  # else: a reply nobody waits for now
@@ -276,6 +297,7 @@ class Connection:
             # The turn's events may be right behind its acceptance: its log comes first.
             log = TurnLog(message.turn_id, list(message.call_ids))
             self._turns[message.turn_id] = log
+            self._readers[message.turn_id] = wire.EventReader()
             self._accepted[request_id] = log
         self._replies[request_id] = message
 
@@ -283,8 +305,9 @@ class Connection:
         log = self._turns.get(message.turn_id)
         if log is None:
             return  # not a turn of this client's, or one it gave up on
+        reader = self._readers[message.turn_id]
         try:
-            events = [event_from_dict(e) for e in message.events]
+            events = [reader.read(e) for e in message.events]
         except (KeyError, ValueError, TypeError) as exc:
             self.fail(ClientProtocolError(f"unreadable event from the daemon: {exc}"))
             return
@@ -292,6 +315,7 @@ class Connection:
             log.add(event)
         if log.results is not None:
             del self._turns[message.turn_id]  # ended; its Turn keeps the log
+            del self._readers[message.turn_id]
 
     def _approval(self, message: wire.ApprovalRequest) -> list[Deferred]:
         item = ApprovalRequested(message, self._answer)
@@ -336,6 +360,15 @@ def expect(reply: wire.Message, kind: type[M]) -> M:
     if not isinstance(reply, kind):
         raise ClientProtocolError(f"expected {kind.__name__}, got {reply.type.value}")
     return reply
+
+
+def _let_go(message: wire.Message) -> bool:
+    """The daemon's last word to a client it disconnects (it stalled, SPEC L5)."""
+    return (
+        isinstance(message, wire.Error)
+        and message.request_id is None
+        and message.code is wire.FailureCode.DISCONNECTED
+    )
 
 
 def _data(reply: wire.Message) -> Any:

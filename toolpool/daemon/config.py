@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.errors import ToolpoolError
+from toolpool.protocol import CHUNK_BYTES
 from toolpool.runtime import runtime_dir
 from toolpool.sandbox.limits import Limits
+
+MIN_CLIENT_BUFFER = 2 * CHUNK_BYTES
 
 
 class ConfigError(ToolpoolError):
@@ -55,6 +58,26 @@ class DaemonConfig:
     log_level: str = "info"
     log_file: Path | None = None
     mcp_servers: Path | None = None  # an {"mcpServers": {...}} JSON file: servers to import
+    # Floods (SPEC L5, L6; docs/operations.md).
+    client_buffer_bytes: int = 64 * 1024 * 1024  # unacknowledged bytes out to one client
+    client_stall_seconds: float = 120.0  # a held client not reading this long is let go
+    max_sessions_per_client: int = 64
+    max_sessions: int = 1024
+    turn_output_chars: int = 400_000  # a turn's model-facing text (L4); 0: no budget
+
+    def __post_init__(self) -> None:
+        if self.client_buffer_bytes < MIN_CLIENT_BUFFER:
+            raise ValueError(
+                f"client_buffer_bytes must be at least {MIN_CLIENT_BUFFER} (two chunks), "
+                f"not {self.client_buffer_bytes}"
+            )
+        if self.client_stall_seconds <= 0:
+            raise ValueError("client_stall_seconds must be more than 0")
+        if self.turn_output_chars < 0:
+            raise ValueError("turn_output_chars must be 0 (no budget) or more")
+        for name in ("max_sessions_per_client", "max_sessions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -131,6 +154,11 @@ _PARSE: dict[str, Callable[[Any], Any]] = {
     "log_level": _level,
     "log_file": _path,
     "mcp_servers": _path,
+    "client_buffer_bytes": _bool_free_int,
+    "client_stall_seconds": float,
+    "max_sessions_per_client": _bool_free_int,
+    "max_sessions": _bool_free_int,
+    "turn_output_chars": _bool_free_int,
 }
 _LIMIT_NAMES = {f.name for f in dataclasses.fields(Limits)}
 

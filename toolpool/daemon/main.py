@@ -34,12 +34,14 @@ from toolpool.runtime import (
     PID_NAME,
     SCRATCH_PREFIX,
     SOCKET_NAME,
+    SPILL_PREFIX,
     ensure_private,
     private_dir,
     process_alive,
     running_pid,
     write_private,
 )
+from toolpool.sandbox.cgroups import remove_stale_cgroups
 from toolpool.sandbox.policy import Policy, default_deny_read
 
 log = logging.getLogger("toolpool.daemon")
@@ -81,15 +83,17 @@ async def serve(config: DaemonConfig) -> int:
         raise DaemonError(str(exc)) from exc
 
 
-STALE_RUN_PREFIXES = ("workers-", "mcp-", SCRATCH_PREFIX)
+STALE_RUN_PREFIXES = ("workers-", "mcp-", SCRATCH_PREFIX, SPILL_PREFIX)
 
 
 def _remove_stale_run_directories(runtime: Path) -> None:
     """The directories of earlier runs, named ``<kind>-<pid>``: the workers' and MCP
     bridges' (each run leaves its own, with the worker logs, for a look after it
-    stopped or crashed) and the sessions' scratch (removed at a clean stop, left by
-    a crash: SPEC X8). The next start removes those whose pid is not alive (or is
-    ours: a dead daemon's pid reused), so they do not pile up."""
+    stopped or crashed), the sessions' scratch and the clients' spill (removed at a
+    clean stop, left by a crash: SPEC X8, L7). The next start removes those whose pid
+    is not alive (or is ours: a dead daemon's pid reused), and the cgroups such a
+    daemon left, and logs what it removed."""
+    removed = []
     for prefix in STALE_RUN_PREFIXES:
         for stale in runtime.glob(f"{prefix}*"):
             pid = stale.name.removeprefix(prefix)
@@ -97,6 +101,12 @@ def _remove_stale_run_directories(runtime: Path) -> None:
                 continue
             if int(pid) == os.getpid() or not process_alive(int(pid)):
                 shutil.rmtree(stale, ignore_errors=True)
+                removed.append(stale.name)
+    if removed:
+        log.info("removed what an earlier daemon left in %s: %s", runtime, ", ".join(removed))
+    cgroups = remove_stale_cgroups(lambda pid: pid != os.getpid() and process_alive(pid))
+    if cgroups:
+        log.info("removed the cgroups an earlier daemon left: %s", ", ".join(cgroups))
 
 
 async def _serve(
@@ -131,8 +141,10 @@ async def _serve(
         raise DaemonError(f"the worker pool did not start: {exc}") from exc
     registry = ToolRegistry(t for m in tool_modules for t in tools_in_module(m))
     scratch = runtime / f"{SCRATCH_PREFIX}{os.getpid()}"  # removed at stop (SPEC X8)
+    spill = runtime / f"{SPILL_PREFIX}{os.getpid()}"  # frames waiting for clients (L5)
     try:
         private_dir(scratch)
+        private_dir(spill)
     except Exception:
         await pool.close()
         raise
@@ -142,8 +154,18 @@ async def _serve(
         max_tool_concurrency=config.max_tool_concurrency,
         max_tool_errors=config.max_tool_errors,
         scratch_root=scratch,
+        turn_output_chars=config.turn_output_chars,
     )
-    server = Server(coordinator, pool, approval_timeout=config.approval_timeout)
+    server = Server(
+        coordinator,
+        pool,
+        approval_timeout=config.approval_timeout,
+        client_buffer_bytes=config.client_buffer_bytes,
+        client_stall_seconds=config.client_stall_seconds,
+        max_sessions_per_client=config.max_sessions_per_client,
+        max_sessions=config.max_sessions,
+        spill_dir=spill,
+    )
     authenticator = None
     try:
         authenticator = _start_authenticator(server, pool, config, curve is not None)
@@ -156,6 +178,7 @@ async def _serve(
             authenticator.stop()
         await pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(spill, ignore_errors=True)
         raise
     if os.geteuid() == 0:
         log.warning(ROOT_WARNING)
@@ -200,6 +223,7 @@ async def _serve(
             (runtime / name).unlink(missing_ok=True)
         coordinator.close()
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(spill, ignore_errors=True)
     log.info("daemon stopped")
     return 0
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolpool.daemon.outbox import Outbox
 from toolpool.engine.gate import Gate
+from toolpool.engine.hold import Hold
 from toolpool.engine.session import Session
 from toolpool.engine.turn import Turn
 from toolpool.protocol import FailureCode
@@ -22,6 +24,7 @@ SESSION_OPTIONS = {
     "policy",
     "approval_timeout",
     "max_tool_concurrency",
+    "turn_output_chars",
 }
 
 
@@ -45,6 +48,11 @@ class SessionEntry:
 
 @dataclass(eq=False)
 class ClientState:
+    """A client that said hello: its sessions, what is on its way to it, and the
+    hold its turns obey while it does not read (L5)."""
+
     address: Address
     name: str
+    outbox: Outbox
     sessions: set[str] = field(default_factory=set)
+    hold: Hold = field(default_factory=Hold)

@@ -48,6 +48,7 @@ from toolpool.protocol import (
     Submit,
     Tools,
     Welcome,
+    event_to_wire,
 )
 from toolpool.providers import definitions, parse_tool_calls
 from toolpool.sandbox.limits import Limits
@@ -67,9 +68,14 @@ class Requests:
     approvals: dict[str, tuple[asyncio.Future[GateDecision], Address]]
     draining: bool
     started_at: float
+    max_sessions_per_client: int
+    max_sessions: int
     _closing: set[asyncio.Task[None]]
 
     def send(self, address: Address, message: Message) -> None:
+        raise NotImplementedError
+
+    def client_state(self, address: Address, name: str) -> ClientState:
         raise NotImplementedError
 
     def send_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
@@ -114,7 +120,8 @@ class Requests:
                 FailureCode.VERSION,
                 f"the daemon speaks protocol {PROTOCOL_VERSION}, the client {message.version}",
             )
-        self.clients.setdefault(address, ClientState(address, message.client))
+        if address not in self.clients:
+            self.clients[address] = self.client_state(address, message.client)
         log.info("client connected: %s", message.client, extra={"client": address[1].hex()})
         names = self.coordinator.registry.names()
         self.send(address, Welcome(message.request_id, PROTOCOL_VERSION, os.getpid(), names))
@@ -129,6 +136,18 @@ class Requests:
         return entry
 
     def _open(self, client: ClientState, message: OpenSession) -> None:
+        if len(client.sessions) >= self.max_sessions_per_client:
+            raise BadRequest(
+                FailureCode.LIMIT,
+                f"this client has {len(client.sessions)} sessions open, the most that "
+                f"max_sessions_per_client allows: close one first",
+            )
+        if len(self.sessions) >= self.max_sessions:
+            raise BadRequest(
+                FailureCode.LIMIT,
+                f"the daemon has {len(self.sessions)} sessions open, the most that "
+                f"max_sessions allows",
+            )
         options = dict(message.options)
         unknown = set(options) - SESSION_OPTIONS
         if unknown:
@@ -144,6 +163,7 @@ class Requests:
                 allow_network=bool(options.get("allow_network", False)),
                 max_tool_errors=options.get("max_tool_errors"),
                 limits=limits,
+                turn_output_chars=options.get("turn_output_chars"),
             )
         except (ValueError, TypeError, OSError) as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
@@ -245,7 +265,7 @@ class Requests:
 
         def emit(event: Event) -> None:
             if address in self.clients:
-                self.send_event(address, turn_id, event.to_dict())
+                self.send_event(address, turn_id, event_to_wire(event))
             if isinstance(event, ToolEnd):
                 _log_call_end(entry.session.id, turn_id, event)
             elif isinstance(event, TurnEnd):
@@ -268,6 +288,7 @@ class Requests:
             max_tool_concurrency=entry.max_tool_concurrency,
             turn_id=turn_id,
             open=message.open,
+            hold=client.hold,
         )
         entry.turns[turn_id] = turn
         entry.turn_of_call.update(dict.fromkeys(ids, turn_id))
@@ -337,6 +358,7 @@ class Requests:
         client = self.clients.pop(address, None)
         if client is None:
             return
+        client.outbox.close()
         for future, owner in list(self.approvals.values()):
             if owner == address and not future.done():
                 future.set_result(GateDecision.deny("The client disconnected."))
@@ -365,6 +387,16 @@ class Requests:
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "draining": self.draining,
             "clients": len(self.clients),
+            "session_tables": {  # all 0 once every session is closed (L6)
+                "sessions": len(self.sessions),
+                "engine": len(self.coordinator.sessions),
+                "closing": len(self._closing),
+                "approvals": len(self.approvals),
+            },
+            "client_buffers": {
+                c.address[1].hex(): {"name": c.name, **c.outbox.statistics()}
+                for c in self.clients.values()
+            },
             "sessions": sessions,
             "tools": self.coordinator.registry.names(),
             "max_tool_concurrency": self.coordinator.max_tool_concurrency,

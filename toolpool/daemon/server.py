@@ -7,6 +7,11 @@ to the connection that opened it: when that client says ``Bye`` or is found gone
 send to it fails: ROUTER_MANDATORY), its turns are aborted and its sessions closed.
 Bad input — garbage frames, unknown types, unknown sessions — gets an ``Error``, and
 the server goes on.
+
+What goes to a client that said hello leaves through its ``Outbox`` (outbox.py): at
+most ``client_buffer_bytes`` unacknowledged, the rest waiting on disk while the
+client's turns are held; a client stalled for ``client_stall_seconds`` is let go
+(SPEC L5). Messages larger than a chunk leave as chunks (L3).
 """
 
 from __future__ import annotations
@@ -14,14 +19,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import zmq
 
+from toolpool.daemon.outbox import Outbox
 from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEntry
 from toolpool.daemon.requests import Requests, _request_id
 from toolpool.engine.coordinator import Coordinator
@@ -29,13 +38,16 @@ from toolpool.engine.gate import GateDecision
 from toolpool.engine.turn import Turn
 from toolpool.pool import WorkerPool
 from toolpool.protocol import (
+    CHUNK_BYTES,
     MAX_FRAME_BYTES,
+    Ack,
     Error,
     FailureCode,
     Message,
     Ping,
     ProtocolError,
     TurnEvent,
+    chunked,
     decode,
     encode,
 )
@@ -55,11 +67,24 @@ class Server(Requests):
         *,
         approval_timeout: float = 120.0,
         ping_interval: float = 2.0,
+        client_buffer_bytes: int = 64 * 1024 * 1024,
+        client_stall_seconds: float = 120.0,
+        max_sessions_per_client: int = 64,
+        max_sessions: int = 1024,
+        spill_dir: Path | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.pool = pool
         self.approval_timeout = approval_timeout
         self.ping_interval = ping_interval
+        self.client_buffer_bytes = client_buffer_bytes
+        self.client_stall_seconds = client_stall_seconds
+        self.max_sessions_per_client = max_sessions_per_client
+        self.max_sessions = max_sessions
+        # Where frames wait for clients that do not read (L5); made here when not given.
+        self._own_spill_dir = spill_dir is None
+        self.spill_dir = spill_dir or Path(tempfile.mkdtemp(prefix="toolpool-spill-"))
+        self._streams = itertools.count(1)  # chunked messages' stream ids
         self.clients: dict[Address, ClientState] = {}
         self.sessions: dict[str, SessionEntry] = {}
         self.approvals: dict[str, tuple[asyncio.Future[GateDecision], Address]] = {}
@@ -152,15 +177,43 @@ class Server(Requests):
         for socket in self._sockets:
             socket.close(linger=1000)  # the last events still reach their clients
         self._context.term()
+        for client in self.clients.values():
+            client.outbox.close()
+        if self._own_spill_dir:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
 
     # -- the wire ------------------------------------------------------------------------
+
+    def client_state(self, address: Address, name: str) -> ClientState:
+        """A new client's record, with its outbox and spill file."""
+        spill = self.spill_dir / f"{address[0]}-{address[1].hex()}.frames"
+        outbox = Outbox(
+            functools.partial(self._send_frame, address), self.client_buffer_bytes, spill
+        )
+        return ClientState(address, name, outbox)
 
     def send(self, address: Address, message: Message) -> None:
         """Send now, after the events still waiting for this client (so an approval
         request never overtakes the tool_start of its call)."""
         if self._pending.get(address):
             self._flush(address)
-        self._send_frame(address, encode(message))
+        self._send_out(address, encode(message))
+
+    def _send_out(self, address: Address, frame: bytes) -> None:
+        """Through the client's outbox, in chunks when large; straight out to an
+        address that has not said hello (errors only)."""
+        client = self.clients.get(address)
+        if client is None:
+            self._send_frame(address, frame)
+            return
+        try:
+            for part in chunked(frame, next(self._streams)):
+                client.outbox.push(part)
+        except OSError as exc:  # the spill file cannot take it (disk full…): no silent loss
+            log.error("cannot keep what waits for client %s: %s", client.name, exc)
+            self._disconnect(client, f"the daemon could not keep what waits for it ({exc})")
+            return
+        client.hold.set(client.outbox.held)
 
     def send_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
         """Queue a turn's event; the loop's turn ends with one frame per client."""
@@ -174,6 +227,8 @@ class Server(Requests):
             self._flush_scheduled = False
         for address in [only] if only is not None else list(self._pending):
             events = self._pending.pop(address, [])
+            if address not in self.clients:
+                continue  # gone, or let go: nobody reads these
             batch: list[dict[str, Any]] = []
             for i, (turn_id, event) in enumerate(events):
                 batch.append(event)
@@ -182,11 +237,11 @@ class Server(Requests):
                     batch = []
 
     def _send_events(self, address: Address, turn_id: str, events: list[dict[str, Any]]) -> None:
-        """One frame, or halves when the batch would pass the frame limit (many large
-        results that ended in one turn of the loop)."""
+        """One frame, or halves when the batch would pass a chunk (many large results
+        that ended in one turn of the loop); one large event goes as chunks."""
         frame = encode(TurnEvent(turn_id, events))
-        if len(frame) <= MAX_FRAME_BYTES or len(events) == 1:
-            self._send_frame(address, frame)
+        if len(frame) <= CHUNK_BYTES or len(events) == 1:
+            self._send_out(address, frame)
             return
         half = len(events) // 2
         self._send_events(address, turn_id, events[:half])
@@ -214,6 +269,9 @@ class Server(Requests):
             log.warning("bad frame: %s", exc, extra={"client": address[1].hex()})
             self.send(address, Error(exc.request_id, FailureCode.PROTOCOL, str(exc)))
             return
+        if isinstance(message, Ack):
+            self._acknowledged(address, message)
+            return
         try:
             self.handle(address, message)
         except BadRequest as exc:
@@ -222,12 +280,49 @@ class Server(Requests):
             log.exception("failed on a %s", message.type.value)
             self.send(address, Error(_request_id(message), FailureCode.INTERNAL, repr(exc)))
 
+    def _acknowledged(self, address: Address, message: Ack) -> None:
+        client = self.clients.get(address)
+        if client is not None:
+            client.outbox.ack(message.received)
+            client.hold.set(client.outbox.held)
+
     async def _ping(self) -> None:
-        """Find clients that went away without a Bye: a send to them fails."""
+        """Find clients that went away without a Bye (a send to them fails), and let
+        go of those stalled for longer than ``client_stall_seconds`` (L5)."""
         while True:
             await asyncio.sleep(self.ping_interval)
-            for address in list(self.clients):
-                self.send(address, Ping())
+            now = time.monotonic()
+            for address, client in list(self.clients.items()):
+                stalled = client.outbox.stalled(now)
+                if stalled > self.client_stall_seconds:
+                    self._let_go(client, stalled)
+                elif not client.outbox.held:  # a held client hears nothing new anyway
+                    self.send(address, Ping())
+
+    def _let_go(self, client: ClientState, stalled: float) -> None:
+        """A client that has not read for too long: its turns are aborted, its
+        sessions closed, what waits for it dropped; it is told, after what it has."""
+        outbox = client.outbox
+        log.warning(
+            "client %s stalled: it read nothing for %.0f s with %d bytes unread and %d "
+            "waiting on disk; its turns are aborted and it is disconnected",
+            client.name,
+            stalled,
+            outbox.in_flight,
+            outbox.spilled,
+            extra={"client": client.address[1].hex()},
+        )
+        self._disconnect(
+            client,
+            f"it read nothing for {stalled:.0f} s (client_stall_seconds) with its buffer full",
+        )
+
+    def _disconnect(self, client: ClientState, why: str) -> None:
+        """Forget the client (its turns aborted, its sessions closed) and tell it so,
+        after what is already on its way."""
+        self.forget_client(client.address)
+        reason = f"the daemon disconnected this client: {why}; its turns were aborted"
+        self._send_frame(client.address, encode(Error(None, FailureCode.DISCONNECTED, reason)))
 
     # -- requests --------------------------------------------------------------------------
 

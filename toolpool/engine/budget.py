@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolpool.models import ContentBlock, TextBlock, ToolResult
-from toolpool.runtime import private_dir
+from toolpool.runtime import private_dir, spill_name
 from toolpool.sandbox.limits import Limits
 
 DEFAULT_TURN_OUTPUT_CHARS = 400_000
@@ -43,7 +41,6 @@ DEFAULT_TURN_OUTPUT_CHARS = 400_000
 # default, about the 25,000 tokens MCP clients take from one result).
 OPEN_TURN_SHARES = 4
 SPILL_DIR = "output"  # in the session's scratch directory (bash's is "bash")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +90,7 @@ def write_spill(scratch_dir: Path, call_id: str, text: str, limit_bytes: int) ->
     """Write ``text`` to a new file (0600) in ``scratch_dir/output`` (0700), at most
     ``limit_bytes`` of it (then a truncation note, as bash's spill files); never
     raises."""
-    name = f"{_UNSAFE.sub('_', call_id)[:64] or 'call'}-{uuid.uuid4().hex[:8]}.txt"
+    name = spill_name(call_id, ".txt")
     try:
         directory = private_dir(scratch_dir / SPILL_DIR)
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -9,7 +9,9 @@ answers it (``docs/protocol.md`` puts them together, with a turn's sequence):
 - ``messages``: the ``Message`` union, the one list the type table is derived from;
 - ``fields``: the field checks, derived from the classes' type hints;
 - ``frames``: ``encode``/``decode`` (``ProtocolError``, and only that, for bad bytes)
-  and length-prefixed frames over pipes.
+  and length-prefixed frames over pipes;
+- ``chunks``: messages larger than ``CHUNK_BYTES`` as ``Chunk`` frames, and back;
+- ``events``: a turn's events in their wire form, each result once.
 
 States travel as ``StrEnum`` values (the same strings on the wire). The protocol
 version is checked once, at the handshakes (``Ready``, ``Hello``); a peer speaking
@@ -17,13 +19,16 @@ another version is refused there.
 """
 
 from toolpool.protocol.bridge import BridgeReady, McpCall, McpCancel, McpProgress, McpResult
+from toolpool.protocol.chunks import Reassembly, chunked
 from toolpool.protocol.client import (
     Accepted,
+    Ack,
     Append,
     ApprovalReply,
     ApprovalRequest,
     Bye,
     CancelCall,
+    Chunk,
     CloseSession,
     EndTurn,
     Error,
@@ -41,6 +46,7 @@ from toolpool.protocol.client import (
     TurnEvent,
     Welcome,
 )
+from toolpool.protocol.events import EventReader, event_to_wire
 from toolpool.protocol.frames import (
     HEADER_BYTES,
     decode,
@@ -50,7 +56,14 @@ from toolpool.protocol.frames import (
     read_frame,
     write_frame,
 )
-from toolpool.protocol.kinds import MAX_FRAME_BYTES, PROTOCOL_VERSION, MessageType, ProtocolError
+from toolpool.protocol.kinds import (
+    CHUNK_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    MessageType,
+    ProtocolError,
+)
 from toolpool.protocol.messages import MESSAGE_CLASSES, Message
 from toolpool.protocol.wire import (
     CallContext,
@@ -67,11 +80,14 @@ from toolpool.protocol.wire import (
 )
 
 __all__ = [
+    "CHUNK_BYTES",
     "HEADER_BYTES",
     "MAX_FRAME_BYTES",
+    "MAX_MESSAGE_BYTES",
     "MESSAGE_CLASSES",
     "PROTOCOL_VERSION",
     "Accepted",
+    "Ack",
     "Append",
     "ApprovalReply",
     "ApprovalRequest",
@@ -80,9 +96,11 @@ __all__ = [
     "CallContext",
     "CallStatus",
     "CancelCall",
+    "Chunk",
     "CloseSession",
     "EndTurn",
     "Error",
+    "EventReader",
     "Execute",
     "Exited",
     "FailureCode",
@@ -99,6 +117,7 @@ __all__ = [
     "Progress",
     "ProtocolError",
     "Ready",
+    "Reassembly",
     "Reply",
     "Result",
     "SessionOpened",
@@ -112,8 +131,10 @@ __all__ = [
     "Tools",
     "TurnEvent",
     "Welcome",
+    "chunked",
     "decode",
     "encode",
+    "event_to_wire",
     "frame_length",
     "framed",
     "read_frame",

@@ -31,6 +31,8 @@ class FailureCode(StrEnum):
     UNKNOWN_TURN = "unknown_turn"  # no running turn of this client by that id
     BAD_REQUEST = "bad_request"  # readable, but its content is refused
     SHUTTING_DOWN = "shutting_down"  # the daemon takes no new turns
+    LIMIT = "limit"  # over a daemon limit (max_sessions_per_client, max_sessions: L6)
+    DISCONNECTED = "disconnected"  # the daemon let this client go (it stalled: L5)
     INTERNAL = "internal"  # the daemon failed on it
 
 
@@ -152,8 +154,10 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class TurnEvent:
-    """Daemon → client: events of a turn (``Event.to_dict()`` each), in order; those
-    emitted together travel together. No answer."""
+    """Daemon → client: events of a turn, in order, in their wire form
+    (``protocol.events``: a result travels once, in its ``tool_end``; the message
+    events and ``turn_end`` name results by call id, L2); those emitted together
+    travel together. No answer."""
 
     type: ClassVar[MessageType] = MessageType.TURN_EVENT
     turn_id: str
@@ -249,3 +253,26 @@ class Bye:
     """Client → daemon: the client is closing; its sessions end. No answer."""
 
     type: ClassVar[MessageType] = MessageType.BYE
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Daemon → client: one piece of a message larger than ``CHUNK_BYTES`` (SPEC L3).
+    The ``data`` of one ``stream``'s chunks, joined in order up to the one marked
+    ``last``, is the message's frame. Chunks of one stream are never interleaved
+    with other frames. No answer."""
+
+    type: ClassVar[MessageType] = MessageType.CHUNK
+    stream: int
+    data: bytes
+    last: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Client → daemon: ``received`` bytes of frames (every frame, counted as sent)
+    have arrived so far. The daemon keeps at most ``client_buffer_bytes`` unacknowledged
+    (SPEC L5). No answer."""
+
+    type: ClassVar[MessageType] = MessageType.ACK
+    received: int

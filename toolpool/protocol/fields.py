@@ -132,7 +132,7 @@ def _check(hint: Any) -> Check | None:
         return _struct(hint)
     if hint is float:
         return (int, float)
-    if hint in (str, int, bool, type(None)):
+    if hint in (str, int, bool, bytes, type(None)):
         return (hint,)
     raise TypeError(f"the wire cannot carry {hint!r}")
 

@@ -7,10 +7,13 @@ from enum import StrEnum
 
 from toolpool.errors import ToolpoolError
 
-PROTOCOL_VERSION = 1
-# Large enough for any result toolpool lets through (see Limits.output_bytes), small
-# enough that a bad peer cannot make us allocate without bound.
+PROTOCOL_VERSION = 2
+# The largest frame a peer may send: small enough that a bad peer cannot make us
+# allocate without bound. Daemon → client messages larger than CHUNK_BYTES travel as
+# ``Chunk`` frames (SPEC L3), up to MAX_MESSAGE_BYTES reassembled.
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
 
 
 class ProtocolError(ToolpoolError):
@@ -60,6 +63,8 @@ class MessageType(StrEnum):
     ERROR = "error"
     PING = "ping"
     BYE = "bye"
+    CHUNK = "chunk"
+    ACK = "ack"
     # MCP bridge ⇄ daemon, worker ⇄ MCP bridge
     BRIDGE_READY = "bridge_ready"
     MCP_CALL = "mcp_call"

@@ -13,11 +13,13 @@ from typing import Any, TypeAlias, get_args
 from toolpool.protocol.bridge import BridgeReady, McpCall, McpCancel, McpProgress, McpResult
 from toolpool.protocol.client import (
     Accepted,
+    Ack,
     Append,
     ApprovalReply,
     ApprovalRequest,
     Bye,
     CancelCall,
+    Chunk,
     CloseSession,
     EndTurn,
     Error,
@@ -79,6 +81,8 @@ Message: TypeAlias = (
     | Error
     | Ping
     | Bye
+    | Chunk
+    | Ack
     # MCP bridges
     | BridgeReady
     | McpCall

@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +112,41 @@ def discover() -> list[Hierarchy]:
         if _writable(own_dir):
             found.append(Hierarchy(1, mount, own_dir, frozenset(names)))
     return found
+
+
+def remove_stale_cgroups(alive: Callable[[int], bool]) -> list[str]:
+    """Remove the ``toolpool-<pid>`` cgroups of daemons no longer running (SPEC L7):
+    whatever is left in them is killed first. Their paths, for the log."""
+    removed: list[str] = []
+    for h in discover():
+        for stale in h.own.glob("toolpool-*"):
+            pid = stale.name.removeprefix("toolpool-")
+            if not pid.isdigit() or alive(int(pid)) or not stale.is_dir():
+                continue
+            groups = sorted(
+                (p for p in stale.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+            )
+            for group in [*groups, stale]:
+                _kill_members(group)
+            for _ in range(20):  # members take a moment to leave once killed
+                for group in [*groups, stale]:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
+                if not stale.exists():
+                    removed.append(str(stale))
+                    break
+                time.sleep(0.05)
+    return removed
+
+
+def _kill_members(group: Path) -> None:
+    with contextlib.suppress(OSError):
+        (group / "cgroup.kill").write_text("1")
+        return
+    with contextlib.suppress(OSError, ValueError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 class WorkerCgroup:

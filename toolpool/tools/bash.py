@@ -24,6 +24,7 @@ from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
+from toolpool.runtime import spill_name
 from toolpool.sandbox.command import confined
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import (
@@ -78,7 +79,8 @@ class _Output:
     def __init__(self, spill: Path, ctx: ToolContext, spill_limit: int) -> None:
         self.spill_path = spill
         # Only the daemon's user may read it: another user must not see what ran (X8).
-        fd = os.open(spill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(spill, flags, 0o600)
         self._spill = os.fdopen(fd, "wb")
         self._spill_limit = spill_limit
         self.spilled = 0  # bytes in the spill file, the note aside
@@ -252,7 +254,7 @@ class Bash:
         spill_dir = ctx.scratch_dir / "bash"
         spill_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         limits = ctx.limits or Limits()
-        output = _Output(spill_dir / f"{ctx.call_id}.log", ctx, limits.spill_bytes)
+        output = _Output(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
         env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
         with confined(
             ["bash", "-c", command],
