@@ -65,3 +65,24 @@ def join_pool(endpoint: str) -> str:
         monitor.close()
         socket.close()
         context.term()
+
+
+@tool
+def kill_zygote() -> str:
+    """SIGKILL this worker's parent, the zygote, and wait to die with it (the parent
+    death signal comes a moment later)."""
+    import signal
+    import time
+
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+    return "outlived the zygote"
+
+
+@tool
+def stop_zygote() -> str:
+    """SIGSTOP this worker's parent, the zygote: it stops heartbeating and forking."""
+    import signal
+
+    os.kill(os.getppid(), signal.SIGSTOP)
+    return "stopped the zygote"

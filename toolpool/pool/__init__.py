@@ -5,6 +5,8 @@ that runs the engine's calls on them.
   planner's actions;
 - ``planner.py``: the pool's decisions (start, hand over, retire, replace) as pure
   functions of a snapshot, returning actions;
+- ``supervisor.py``: the workers' and the zygote's life as the pool sees it (start,
+  ready, exit, frames, heartbeats; a dead or hung zygote replaced);
 - ``calls.py``: how a call on a worker ends (result, death, cancel, wall time);
 - ``processes.py``: the zygote, the workers' socket and cgroups, their termination;
 - ``workers.py``: the records (settings, a worker and its states, outcomes);

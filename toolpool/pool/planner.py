@@ -5,13 +5,18 @@ worker that ended.
 
 Like the turn scheduler (``toolpool.engine.scheduler``), the planner does no I/O: it
 reads a snapshot of the pool (``PoolState``) and returns the actions to take —
-``StartWorker``, ``RetireWorker``, ``HandOver``, ``Idle``, ``FailWaiters`` — in the
-order the pool carries them out (``WorkerPool._perform``). Every action of a plan is
+``StartWorker``, ``RetireWorker``, ``HandOver``, ``Idle``, ``FailWaiters``,
+``ReplaceZygote``, ``GiveUp`` — in the order the pool carries them out
+(``WorkerPool._perform``). Every action of a plan is
 applied to the snapshot (``apply``) before the next one is decided, so a plan never
 holds more than ``max_workers`` live workers.
 
 Two kinds of worker exist: offline ones (no network: a network namespace of their
 own) and online ones; a call waits for a worker of its kind.
+
+While the zygote is down (it died, with every worker it forked: SPEC L1) no worker
+can start: calls wait, and the planner decides when to try a new zygote and when to
+give up.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Protocol
 from toolpool.pool.workers import PoolConfig, WorkerState
 
 MAX_START_FAILURES = 3  # workers failing to start in a row: whoever waits gets an error
+ZYGOTE_RETRIES = 4  # new zygotes that fail to start are tried again this often, then: give up
+ZYGOTE_BACKOFF = 0.25  # seconds before the first retry; doubled for each next one
 
 
 class WorkerLike(Protocol):
@@ -59,6 +66,7 @@ class PoolState:
     waiting_online: int = 0
     waiting_offline: int = 0
     open: bool = True
+    zygote_up: bool = True  # False from a zygote's death until its replacement started
 
     def waiting(self, offline: bool) -> int:
         return self.waiting_offline if offline else self.waiting_online
@@ -107,7 +115,23 @@ class FailWaiters:
     reason: str
 
 
-Action = StartWorker | RetireWorker | HandOver | Idle | FailWaiters
+@dataclass(frozen=True, slots=True)
+class ReplaceZygote:
+    """Start a new zygote, ``delay`` seconds from now (its workers died with the old)."""
+
+    reason: str
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """No zygote can be started: every waiting call, and every later one, gets an
+    error."""
+
+    reason: str
+
+
+Action = StartWorker | RetireWorker | HandOver | Idle | FailWaiters | ReplaceZygote | GiveUp
 
 
 def apply(state: PoolState, action: Action) -> PoolState:
@@ -138,8 +162,10 @@ def apply(state: PoolState, action: Action) -> PoolState:
             )
         case Idle(worker_id=worker_id):
             return dataclasses.replace(state, workers=with_state(worker_id, WorkerState.IDLE))
-        case FailWaiters():
+        case FailWaiters() | GiveUp():
             return dataclasses.replace(state, waiting_online=0, waiting_offline=0)
+        case ReplaceZygote():
+            return state
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +185,8 @@ class PoolPlanner:
     max_calls_per_worker: int = 1000
     max_worker_rss: int = 512 * 1024 * 1024
     max_start_failures: int = MAX_START_FAILURES
+    zygote_retries: int = ZYGOTE_RETRIES
+    zygote_backoff: float = ZYGOTE_BACKOFF
 
     @classmethod
     def from_config(cls, config: PoolConfig) -> PoolPlanner:
@@ -185,6 +213,8 @@ class PoolPlanner:
         serve, up to the maximum; make room by retiring idle workers of the other
         kind."""
         actions: list[Action] = []
+        if not state.zygote_up:
+            return actions  # they wait for the new zygote's workers
         starting = sum(
             1 for w in state.live() if w.state is WorkerState.STARTING and w.offline == offline
         )
@@ -259,7 +289,7 @@ class PoolPlanner:
     def replenish(self, state: PoolState, offline: bool) -> list[Action]:
         """A worker of this kind has gone (ended or retired): start a replacement
         when the pool is below its minimum or calls of its kind wait."""
-        if not state.open:
+        if not state.open or not state.zygote_up:
             return []
         if len(state.live()) < self.min_workers:
             return [StartWorker(offline, replacement=True)]
@@ -279,3 +309,39 @@ class PoolPlanner:
         if failures < self.max_start_failures:
             return self.grow(state, offline)
         return [FailWaiters(f"workers fail to start: {why}")]
+
+    # -- the zygote (SPEC L1) -------------------------------------------------------------
+
+    def zygote_died(self, state: PoolState, why: str, started: bool) -> list[Action]:
+        """The zygote died, and every worker with it: start another at once (the
+        calls that wait stay queued for its workers) — unless it died before it ever
+        started (its tool modules do not import), which another would too."""
+        if not state.open:
+            return []
+        if not started:
+            return [GiveUp(f"the zygote did not start: {why}")]
+        return [ReplaceZygote(f"the zygote died: {why}")]
+
+    def zygote_start_failed(self, state: PoolState, failures: int, why: str) -> list[Action]:
+        """A new zygote failed to start, the ``failures``-th time in a row: try again
+        after a pause that doubles each time, or give up."""
+        if not state.open:
+            return []
+        if failures <= self.zygote_retries:
+            return [ReplaceZygote(why, self.zygote_backoff * 2 ** (failures - 1))]
+        return [GiveUp(f"the zygote could not be started again ({failures} tries): {why}")]
+
+    def zygote_started(self, state: PoolState, offline: bool) -> list[Action]:
+        """A new zygote is up in place of one that died: start the minimum of workers
+        again, and workers for the calls that waited meanwhile."""
+        actions: list[Action] = []
+        if not state.open:
+            return actions
+        for _ in range(max(self.min_workers - len(state.live()), 0)):
+            actions.append(StartWorker(offline, replacement=True))
+            state = apply(state, actions[-1])
+        for kind in (offline, not offline):
+            for action in self.grow(state, kind):
+                actions.append(action)
+                state = apply(state, action)
+        return actions

@@ -1,9 +1,10 @@
 """The worker pool: pre-started, sandboxed processes that run tools (SPEC D2-D4).
 
 Workers are forked by a zygote, connect to a ZeroMQ ROUTER socket in a private
-runtime directory, announce themselves (``Ready``) and heartbeat (all of which is
-``processes.py``). A call goes to an idle worker; when none is idle and the pool is
-below its maximum, a new one starts (the planner's decisions: ``planner.py``).
+runtime directory, announce themselves (``Ready``) and heartbeat (the processes:
+``processes.py``; their life as the pool sees it: ``supervisor.py``). A call goes to
+an idle worker; when none is idle and the pool is below its maximum, a new one
+starts (the planner's decisions: ``planner.py``).
 
 How a call on a worker can end:
 - its ``Result`` arrives: the result, with the worker's resource usage;
@@ -16,19 +17,17 @@ How a call on a worker can end:
 A worker that was killed or died, or whose call was cancelled, overran a limit or
 left processes behind, is replaced; a worker is also recycled after
 ``max_calls_per_worker`` calls or when its memory grows past ``max_worker_rss``.
-The pool keeps ``min_workers`` alive.
+The pool keeps ``min_workers`` alive, and outlives its zygote: one that dies or
+hangs is replaced with its workers, and the calls waiting meanwhile run on the new
+ones (SPEC L1, ``supervisor.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import logging
-import signal
-import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolpool.cancel import CancelToken
@@ -37,14 +36,15 @@ from toolpool.pool.planner import (
     Action,
     CallEnd,
     FailWaiters,
+    GiveUp,
     HandOver,
     Idle,
-    PoolPlanner,
     PoolState,
+    ReplaceZygote,
     RetireWorker,
     StartWorker,
 )
-from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.supervisor import Supervisor
 from toolpool.pool.workers import (
     Flight,
     OutcomeStatus,
@@ -53,55 +53,29 @@ from toolpool.pool.workers import (
     PoolOutcome,
     PoolStatistics,
     Worker,
-    WorkerExit,
     WorkerState,
 )
-from toolpool.pool.zygote import ZygoteError
-from toolpool.protocol import (
-    PROTOCOL_VERSION,
-    Execute,
-    Exited,
-    Heartbeat,
-    Message,
-    Progress,
-    ProtocolError,
-    Ready,
-    Result,
-    Shutdown,
-    decode,
-)
+from toolpool.protocol import Execute, Shutdown
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
-from toolpool.worker.main import WorkerConfig
 
 log = logging.getLogger("toolpool.pool")
 
 
-class WorkerPool:
+class WorkerPool(Supervisor):
     """Runs calls on workers. What to start, hand over and retire is the planner's
-    decision, carried out by ``_perform``; the processes are ``WorkerProcesses``'."""
+    decision, carried out by ``_perform``; the workers' and the zygote's life is the
+    ``Supervisor``'s, the processes are ``WorkerProcesses``'."""
 
     def __init__(self, config: PoolConfig | None = None) -> None:
-        self.config = config or PoolConfig()
-        self.planner = PoolPlanner.from_config(self.config)
-        self.processes = WorkerProcesses(
-            self.config, self._on_frames, self._on_exit, self._on_zygote_death
-        )
-        self._workers: dict[str, Worker] = {}
-        self._by_pid: dict[int, Worker] = {}
+        super().__init__(config or PoolConfig())
         # Calls waiting for a worker, by kind (offline or not), first come first
         # served. Only pending futures are kept: whoever settles one removes it.
         self._waiters: dict[bool, deque[asyncio.Future[Worker | None]]] = {
             False: deque(),
             True: deque(),
         }
-        self._ids = itertools.count(1)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Future[Any]] = set()
-        self._start_failures = 0
-        self._counts = {"started": 0, "replaced": 0, "calls": 0}
-        self._replacement_ms: deque[float] = deque(maxlen=100)
-        self._open = False
+        self._broken: str | None = None  # why no zygote can be started any more
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -136,11 +110,7 @@ class WorkerPool:
             self.processes.terminate(told, "the pool closed", grace=self.config.shutdown_grace),
             self.processes.terminate([w for w in running if w not in told], "the pool closed"),
         )
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._stop_supervision()
         await self.processes.close(self._workers.values())
 
     async def __aenter__(self) -> WorkerPool:
@@ -157,10 +127,6 @@ class WorkerPool:
     @property
     def endpoint(self) -> str:
         return self.processes.endpoint
-
-    @property
-    def _offline_default(self) -> bool:
-        return self.profile.active("netns")
 
     # -- running a call ----------------------------------------------------------------
 
@@ -203,6 +169,8 @@ class WorkerPool:
         the token fires first."""
         if not self._open:
             raise PoolError("the pool is not running")
+        if self._broken is not None:
+            raise PoolError(self._broken)
         idle = self.planner.idle_worker(self._state(), offline)
         if idle is not None:
             self._workers[idle].state = WorkerState.BUSY
@@ -230,6 +198,8 @@ class WorkerPool:
             raise
         finally:
             untrack()
+        if worker is not None and worker.state is WorkerState.DEAD:
+            return await self._acquire(offline, token)  # lost with its zygote meanwhile
         if worker is not None and token.requested:
             self._release(worker)
             return None
@@ -242,6 +212,7 @@ class WorkerPool:
             waiting_online=len(self._waiters[False]),
             waiting_offline=len(self._waiters[True]),
             open=self._open,
+            zygote_up=self._zygote_up,
         )
 
     def _perform(self, actions: Iterable[Action], exited_at: float | None = None) -> list[Worker]:
@@ -269,150 +240,19 @@ class WorkerPool:
                     self._workers[worker_id].state = WorkerState.IDLE
                 case FailWaiters(reason=reason):
                     self._fail_waiters(reason)
+                case ReplaceZygote(reason=reason, delay=delay):
+                    log.warning("replacing the zygote in %.2f s: %s", delay, reason)
+                    self._begin_zygote_replacement(delay)
+                case GiveUp(reason=reason):
+                    log.error("the pool gives up: %s", reason)
+                    self._broken = reason
+                    self._fail_waiters(reason)
         return started
-
-    def _release(self, worker: Worker) -> None:
-        self._perform(self.planner.release(self._state(), worker.id))
-
-    def _spawn(self, offline: bool) -> Worker:
-        worker, config = self.processes.new_worker(f"w{next(self._ids)}", offline)
-        self._workers[worker.id] = worker
-        self._counts["started"] += 1
-        self._in_background(self._start_worker(worker, config))
-        return worker
-
-    async def _start_worker(self, worker: Worker, config: WorkerConfig) -> None:
-        try:
-            worker.pid = await self.processes.spawn(worker, config)
-            self._by_pid[worker.pid] = worker
-            await asyncio.wait_for(asyncio.shield(worker.ready), self.config.spawn_timeout)
-        except PoolError:
-            pass  # it died while starting: _on_exit has dealt with it
-        except (ZygoteError, TimeoutError) as exc:
-            if worker.pid:
-                await self.processes.terminate([worker], "it did not start in time")
-            self._start_failed(worker, str(exc) or "it did not start in time")
-
-    def _start_failed(self, worker: Worker, why: str) -> None:
-        self._start_failures += 1
-        log.error("worker %s failed to start: %s", worker.id, why)
-        if not worker.ready.done():
-            worker.ready.set_exception(PoolError(f"a worker failed to start: {why}"))
-            worker.ready.exception()  # retrieved: the waiters get their own error
-        self._forget(worker)
-        self._perform(
-            self.planner.start_failed(self._state(), worker.offline, self._start_failures, why)
-        )
 
     def _fail_waiters(self, why: str) -> None:
         for waiters in self._waiters.values():
             while waiters:
                 waiters.popleft().set_exception(PoolError(why))
-
-    def _on_ready(self, worker: Worker, message: Ready) -> None:
-        if message.version != PROTOCOL_VERSION:
-            self.processes.send(worker, Shutdown("protocol version mismatch"))
-            self._start_failed(
-                worker, f"it speaks protocol {message.version}, not {PROTOCOL_VERSION}"
-            )
-            return
-        worker.ready_at = time.monotonic()
-        if worker.replaces_exit_at is not None:
-            self._replacement_ms.append((worker.ready_at - worker.replaces_exit_at) * 1000)
-        self._start_failures = 0
-        if not worker.ready.done():
-            worker.ready.set_result(None)
-        self._release(worker)
-
-    def _on_exit(self, message: Exited) -> None:
-        """The zygote reaped a worker: whatever it was doing is lost (D2)."""
-        self.processes.exited(message.pid)
-        worker = self._by_pid.pop(message.pid, None)
-        if worker is None:
-            return
-        oom = self.processes.oom_killed(worker)
-        planned = worker.state is WorkerState.RETIRING and message.exit_code == 0
-        exit_ = WorkerExit(message.exit_code, message.signal, worker.kill_reason, oom)
-        if not planned:
-            log.warning("worker %s (pid %d) died: %s", worker.id, message.pid, exit_.describe())
-        was_live = worker.state is not WorkerState.RETIRING
-        worker.state = WorkerState.DEAD
-        if not worker.exited.done():
-            worker.exited.set_result(exit_)
-        if not worker.ready.done():
-            self._start_failed(worker, exit_.describe())
-            return
-        self._forget(worker)
-        if was_live:
-            plan = self.planner.replenish(self._state(), worker.offline)
-            self._perform(plan, exited_at=time.monotonic())
-
-    def _forget(self, worker: Worker) -> None:
-        worker.state = WorkerState.DEAD
-        self._workers.pop(worker.id, None)
-        self._by_pid.pop(worker.pid, None)
-        self.processes.forget(worker)
-
-    def _on_zygote_death(self) -> None:
-        """Every worker died with the zygote (parent death signal). Calls in flight
-        are lost; the pool cannot go on."""
-        self._open = False
-        for worker in list(self._workers.values()):
-            if not worker.exited.done():
-                worker.exited.set_result(WorkerExit(None, signal.SIGKILL, "the zygote died"))
-        self._fail_waiters("the zygote died")
-
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    # -- messages -----------------------------------------------------------------------
-
-    def _on_frames(self, frames: list[bytes]) -> None:
-        if len(frames) != 2:
-            log.warning("dropped a message of %d frames", len(frames))
-            return
-        identity, payload = frames
-        worker = self._workers.get(identity.decode(errors="replace"))
-        try:
-            message = decode(payload)
-        except ProtocolError as exc:
-            log.warning("dropped a bad frame from %r: %s", identity, exc)
-            return
-        if worker is None:
-            return
-        worker.last_seen = time.monotonic()
-        self._dispatch(worker, message)
-
-    def _dispatch(self, worker: Worker, message: Message) -> None:
-        flight = worker.flight
-        match message:
-            case Ready():
-                self._on_ready(worker, message)
-            case Heartbeat():
-                worker.rss = message.rss
-            case Progress() if flight is not None and flight.call_id == message.call_id:
-                flight.on_progress(message.data)
-            case Result() if flight is not None and flight.call_id == message.call_id:
-                if not flight.result.done():
-                    flight.result.set_result(message)
-            case _:
-                log.debug("ignored %s from %s", message.type.value, worker.id)
-
-    async def _watch_heartbeats(self) -> None:
-        """Kill workers that stopped heartbeating (hung: a tool holding the GIL in C,
-        a stopped process…); their calls end as lost."""
-        interval = self.config.heartbeat_interval
-        silence = interval * self.config.heartbeat_misses
-        while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
-            for worker in list(self._workers.values()):
-                watched = worker.state in (WorkerState.BUSY, WorkerState.IDLE, WorkerState.RETIRING)
-                if watched and worker.kill_reason is None and now - worker.last_seen > silence:
-                    reason = f"it hung (no heartbeat for {now - worker.last_seen:.1f} s)"
-                    await self.processes.terminate([worker], reason)
 
     # -- looking in -------------------------------------------------------------------
 
@@ -429,6 +269,8 @@ class WorkerPool:
             calls=self._counts["calls"],
             profile=self.profile.to_dict(),
             replacement_ms=[round(ms, 3) for ms in self._replacement_ms],
+            zygotes_replaced=self._counts["zygotes_replaced"],
+            zygote_recovery_ms=[round(ms, 3) for ms in self._recovery_ms],
         )
 
     def worker_pids(self) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Where the pool's workers come from and how they end: the sandbox profile, the
 private runtime directory, the workers' socket (and who may connect to it), the
-zygote that forks them, their cgroups, and their termination
-(``toolpool.sandbox.terminate``, the one place processes are ended).
+zygote that forks them (and the one that replaces it when it dies), their cgroups,
+and their termination (``toolpool.sandbox.terminate``, the one place processes are
+ended).
 
 It knows nothing of calls or waiters: ``WorkerPool`` (``pool.py``) keeps the records
 and decides, through the planner, what to start and retire.
@@ -15,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import zmq
 
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
 from toolpool.pool.workers import PoolConfig, Worker, WorkerState
-from toolpool.pool.zygote import Zygote
+from toolpool.pool.zygote import Zygote, ZygoteError
 from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CgroupTree
@@ -49,7 +51,7 @@ class WorkerProcesses:
         config: PoolConfig,
         on_frames: Callable[[list[bytes]], None],
         on_exit: Callable[[Exited], None],
-        on_zygote_death: Callable[[], None],
+        on_zygote_death: Callable[[str], None],
     ) -> None:
         self.config = config
         self.profile = SandboxProfile.nothing()
@@ -105,14 +107,59 @@ class WorkerProcesses:
         router.setsockopt(zmq.SNDHWM, 0)  # a send never blocks the loop
         router.bind(self.endpoint)
         self._router = LoopSocket(router, self._on_frames)
-        self._zygote = Zygote(
+        self._zygote = self._new_zygote(replacement=False)
+        await self._zygote.start()
+
+    def _new_zygote(self, *, replacement: bool) -> Zygote:
+        assert self._runtime_dir is not None
+        return Zygote(
             self.config.tool_modules,
             self._runtime_dir,
             self._on_exit,
             self._on_zygote_death,
+            heartbeat_interval=self.config.heartbeat_interval,
             env=self.policy.worker_environment(),
+            append_log=replacement,
         )
-        await self._zygote.start()
+
+    async def restart_zygote(self) -> None:
+        """Start a new zygote in place of one that died, and wait for its first
+        heartbeat; ZygoteError (with the end of its log) when it does not start."""
+        if self._zygote is not None:
+            await self._zygote.close()
+        self._zygote = self._new_zygote(replacement=True)
+        try:
+            await self._zygote.start()
+        except OSError as exc:
+            raise ZygoteError(f"the zygote could not be started: {exc}") from exc
+        try:
+            await self._zygote.wait_started(self.config.spawn_timeout)
+        except ZygoteError:
+            await self.kill_zygote("it did not start")
+            raise
+
+    def zygote_silence(self) -> float | None:
+        """Seconds since the running zygote last spoke; None before its first
+        heartbeat, or when it is gone."""
+        if self._zygote is None or not self.zygote_started:
+            return None
+        return time.monotonic() - self._zygote.last_seen
+
+    @property
+    def zygote_started(self) -> bool:
+        """Whether the zygote sent its first heartbeat (its tool modules imported)."""
+        started = None if self._zygote is None else self._zygote.started
+        return started is not None and started.done() and started.exception() is None
+
+    async def kill_zygote(self, reason: str) -> None:
+        """SIGKILL the zygote and its workers (a stopped process cannot act on a
+        SIGTERM); its reader reports the death, with ``reason``."""
+        zygote = self._zygote
+        if zygote is None or zygote.pid is None:
+            return
+        zygote.kill_reason = zygote.kill_reason or reason
+        tree = ProcessTree(zygote.pid)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: terminate(tree, grace=0))
 
     async def close(self, workers: Iterable[Worker]) -> None:
         """Stop the zygote and the socket; remove the cgroups (``workers``' too) and

@@ -2,7 +2,7 @@
 call on the pool ended, and what the pool reports about itself.
 
 Data only: the decisions over these records are the planner's (``planner.py``), the
-processes and sockets are the pool's (``pool.py``).
+processes and sockets are the pool's (``supervisor.py``, ``processes.py``).
 """
 
 from __future__ import annotations
@@ -147,3 +147,5 @@ class PoolStatistics:
     calls: int
     profile: dict[str, Any]
     replacement_ms: list[float]  # exit of a worker → its replacement ready, latest last
+    zygotes_replaced: int  # zygotes that died (or hung) and were replaced (SPEC L1)
+    zygote_recovery_ms: list[float]  # a zygote's death noticed → a new worker ready

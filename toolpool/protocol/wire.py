@@ -102,7 +102,9 @@ class Heartbeat:
     """Worker → pool every heartbeat interval, busy or not. No answer.
 
     A worker whose heartbeats stop is hung (a tool holding the GIL, a stopped
-    process) and is replaced.
+    process) and is replaced. The zygote sends them too, over its stdout
+    (``worker_id`` "zygote"): the first once its tool modules imported, then every
+    interval; a zygote whose heartbeats stop is killed and replaced (SPEC L1).
     """
 
     type: ClassVar[MessageType] = MessageType.HEARTBEAT

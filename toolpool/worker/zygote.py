@@ -8,8 +8,12 @@ as the workers' parent, it reaps them and reports exactly how each one ended
 (exit code or signal: the cause of a worker's death in a call's result).
 
 It talks to the pool over stdin/stdout with length-prefixed protocol frames
-(``Spawn`` → ``Spawned``; ``Exited`` unasked). It dies with the coordinator (parent
-death signal), and its workers die with it.
+(``Spawn`` → ``Spawned``; ``Exited`` and ``Heartbeat`` unasked). Its first heartbeat
+says the tool modules imported; then one follows every interval, from the loop
+itself (a timer on its select: no thread, so a fork stays safe), which never waits
+longer than a fork or a frame. A zygote whose heartbeats stop is hung: the pool
+kills it and starts another (SPEC L1). It dies with the coordinator (parent death
+signal), and its workers die with it.
 """
 
 from __future__ import annotations
@@ -21,14 +25,22 @@ import os
 import selectors
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import BinaryIO
 
-from toolpool.protocol import Exited, Spawn, Spawned, read_frame, write_frame
+from toolpool.protocol import Exited, Heartbeat, Spawn, Spawned, read_frame, write_frame
 from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.sandbox import linux
 from toolpool.worker.main import WorkerConfig, serve
+
+ZYGOTE_ID = "zygote"  # the worker_id of the zygote's heartbeats
+
+
+def _rss() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _load(modules: list[str]) -> ToolRegistry:
@@ -66,8 +78,16 @@ def _child(message: Spawn, registry: ToolRegistry, log_dir: Path, keep: list[int
     os._exit(code)
 
 
-def run(modules: list[str], log_dir: Path, stdin: BinaryIO, stdout: BinaryIO) -> int:
+def run(
+    modules: list[str],
+    log_dir: Path,
+    stdin: BinaryIO,
+    stdout: BinaryIO,
+    heartbeat_interval: float = 0.5,
+) -> int:
     registry = _load(modules)
+    write_frame(stdout, Heartbeat(ZYGOTE_ID, _rss()))  # started: the modules imported
+    next_beat = time.monotonic() + heartbeat_interval
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector via wake_w
@@ -76,7 +96,7 @@ def run(modules: list[str], log_dir: Path, stdin: BinaryIO, stdout: BinaryIO) ->
     selector.register(wake_r, selectors.EVENT_READ)
     workers: set[int] = set()
     while True:
-        for key, _ in selector.select():
+        for key, _ in selector.select(max(0.0, next_beat - time.monotonic())):
             if key.fileobj is stdin:
                 message = read_frame(stdin)
                 if message is None:
@@ -99,12 +119,17 @@ def run(modules: list[str], log_dir: Path, stdin: BinaryIO, stdout: BinaryIO) ->
                 write_frame(stdout, Exited(pid, signal=os.WTERMSIG(status)))
             else:
                 write_frame(stdout, Exited(pid, exit_code=os.waitstatus_to_exitcode(status)))
+        now = time.monotonic()
+        if now >= next_beat:
+            write_frame(stdout, Heartbeat(ZYGOTE_ID, _rss()))
+            next_beat = now + heartbeat_interval
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="toolpool-zygote")
     parser.add_argument("--tool-module", action="append", default=[])
     parser.add_argument("--log-dir", type=Path, required=True)
+    parser.add_argument("--heartbeat-interval", type=float, default=0.5)
     args = parser.parse_args()
     try:
         linux.die_with_parent(signal.SIGKILL)
@@ -115,7 +140,7 @@ def main() -> int:
     stdout = os.fdopen(1, "wb", buffering=0)
     # Our stdout carries frames: anything else printed goes to stderr.
     sys.stdout = sys.stderr
-    return run(args.tool_module, args.log_dir, stdin, stdout)
+    return run(args.tool_module, args.log_dir, stdin, stdout, args.heartbeat_interval)
 
 
 if __name__ == "__main__":
