@@ -410,6 +410,8 @@ class Requests:
             status["workers_started"] = pool.started
             status["workers_replaced"] = pool.replaced
             status["replacement_ms"] = pool.replacement_ms
+            status["zygotes_replaced"] = pool.zygotes_replaced
+            status["zygote_recovery_ms"] = pool.zygote_recovery_ms
             status["sandbox"] = pool.profile
         return status
 
