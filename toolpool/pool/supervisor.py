@@ -217,7 +217,7 @@ class Supervisor:
         await asyncio.sleep(delay)
         try:
             await self.processes.restart_zygote()
-        except ZygoteError as exc:
+        except Exception as exc:  # ZygoteError, or anything else: the calls must not hang
             self._zygote_failures += 1
             log.error("a new zygote failed to start (%d in a row): %s", self._zygote_failures, exc)
             failures = self._zygote_failures
