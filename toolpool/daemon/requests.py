@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from toolpool.daemon.records import (
     ClientState,
     SessionEntry,
 )
+from toolpool.daemon.status import daemon_status, tool_definitions
 from toolpool.engine.approvals import GateMode, make_gate, parse_policy
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import GateDecision, GateRequest
@@ -50,7 +50,7 @@ from toolpool.protocol import (
     Welcome,
     event_to_wire,
 )
-from toolpool.providers import definitions, parse_tool_calls
+from toolpool.providers import parse_tool_calls
 from toolpool.sandbox.limits import Limits
 
 log = logging.getLogger("toolpool.daemon")
@@ -371,56 +371,20 @@ class Requests:
     # -- looking in -------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        sessions = {}
-        for session_id, entry in self.sessions.items():
-            stats = entry.session.statistics()
-            sessions[session_id] = {
-                "workspace": stats.workspace,
-                "turns": len(entry.turns),
-                "files_read": stats.files_read,
-                "breaker_failures": stats.breaker_failures,
-                "open_breakers": entry.session.breaker.statistics().open,
-                "turn_running": stats.turn_running,
-            }
-        status: dict[str, Any] = {
-            "pid": os.getpid(),
-            "uptime_seconds": round(time.time() - self.started_at, 1),
-            "draining": self.draining,
-            "clients": len(self.clients),
-            "session_tables": {  # all 0 once every session is closed (L6)
-                "sessions": len(self.sessions),
-                "engine": len(self.coordinator.sessions),
-                "closing": len(self._closing),
-                "approvals": len(self.approvals),
-            },
-            "client_buffers": {
-                c.address[1].hex(): {"name": c.name, **c.outbox.statistics()}
-                for c in self.clients.values()
-            },
-            "sessions": sessions,
-            "tools": self.coordinator.registry.names(),
-            "max_tool_concurrency": self.coordinator.max_tool_concurrency,
-            "max_tool_errors": self.coordinator.max_tool_errors,
-            "running_as_root": os.geteuid() == 0,
-        }
-        if self.pool is not None:
-            pool = self.pool.statistics()
-            status["workers"] = pool.workers
-            status["queued_calls"] = pool.queued
-            status["workers_started"] = pool.started
-            status["workers_replaced"] = pool.replaced
-            status["replacement_ms"] = pool.replacement_ms
-            status["zygotes_replaced"] = pool.zygotes_replaced
-            status["zygote_recovery_ms"] = pool.zygote_recovery_ms
-            status["sandbox"] = pool.profile
-        return status
+        return daemon_status(
+            self.coordinator,
+            self.pool,
+            self.sessions,
+            self.clients,
+            draining=self.draining,
+            started_at=self.started_at,
+            closing=len(self._closing),
+            approvals=len(self.approvals),
+        )
 
     def tools(self, format: str) -> list[dict[str, Any]]:
-        specs = list(self.coordinator.registry)
-        if format == "toolpool":
-            return [spec.definition() for spec in specs]
         try:
-            return definitions(specs, format)
+            return tool_definitions(self.coordinator, format)
         except ValueError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
 

@@ -1,0 +1,77 @@
+"""What ``status`` and ``tools`` answer: the daemon's state, read, never changed."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from toolpool.daemon.records import Address, ClientState, SessionEntry
+from toolpool.engine.coordinator import Coordinator
+from toolpool.pool import WorkerPool
+from toolpool.providers import definitions
+
+
+def daemon_status(
+    coordinator: Coordinator,
+    pool: WorkerPool | None,
+    sessions: Mapping[str, SessionEntry],
+    clients: Mapping[Address, ClientState],
+    *,
+    draining: bool,
+    started_at: float,
+    closing: int,
+    approvals: int,
+) -> dict[str, Any]:
+    """Sessions, clients and what waits for them, the pool's workers, the sandbox."""
+    by_session = {}
+    for session_id, entry in sessions.items():
+        stats = entry.session.statistics()
+        by_session[session_id] = {
+            "workspace": stats.workspace,
+            "turns": len(entry.turns),
+            "files_read": stats.files_read,
+            "breaker_failures": stats.breaker_failures,
+            "open_breakers": entry.session.breaker.statistics().open,
+            "turn_running": stats.turn_running,
+        }
+    status: dict[str, Any] = {
+        "pid": os.getpid(),
+        "uptime_seconds": round(time.time() - started_at, 1),
+        "draining": draining,
+        "clients": len(clients),
+        "session_tables": {  # all 0 once every session is closed (L6)
+            "sessions": len(sessions),
+            "engine": len(coordinator.sessions),
+            "closing": closing,
+            "approvals": approvals,
+        },
+        "client_buffers": {  # what is on its way to each client (L5)
+            c.address[1].hex(): {"name": c.name, **c.outbox.statistics()} for c in clients.values()
+        },
+        "sessions": by_session,
+        "tools": coordinator.registry.names(),
+        "max_tool_concurrency": coordinator.max_tool_concurrency,
+        "max_tool_errors": coordinator.max_tool_errors,
+        "running_as_root": os.geteuid() == 0,
+    }
+    if pool is not None:
+        workers = pool.statistics()
+        status["workers"] = workers.workers
+        status["queued_calls"] = workers.queued
+        status["workers_started"] = workers.started
+        status["workers_replaced"] = workers.replaced
+        status["replacement_ms"] = workers.replacement_ms
+        status["zygotes_replaced"] = workers.zygotes_replaced
+        status["zygote_recovery_ms"] = workers.zygote_recovery_ms
+        status["sandbox"] = workers.profile
+    return status
+
+
+def tool_definitions(coordinator: Coordinator, format: str) -> list[dict[str, Any]]:
+    """The tools' definitions in toolpool's form or a provider's (ValueError if unknown)."""
+    specs = list(coordinator.registry)
+    if format == "toolpool":
+        return [spec.definition() for spec in specs]
+    return definitions(specs, format)
