@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -107,6 +108,106 @@ def _wait_ready(process: subprocess.Popen[bytes], runtime: Path) -> None:
                 pass
         time.sleep(0.05)
     raise RuntimeError("the daemon did not come up")
+
+
+def slope_per_minute(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of (seconds, value) points, per minute; nan for fewer
+    than two distinct times."""
+    if len(points) < 2:
+        return float("nan")
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return float("nan")
+    return sum((t - mean_t) * (v - mean_v) for t, v in points) / spread * 60
+
+
+class ProcessSampler:
+    """Samples a process's RSS, open fds and threads every ``interval`` seconds in a
+    thread, from ``start()`` to ``stop()``; remembers every descendant it saw (pid →
+    create time, command line), so that what is left of them can be found later."""
+
+    def __init__(self, pid: int, interval: float, origin: float | None = None) -> None:
+        """``origin``: the ``time.perf_counter()`` the samples' times count from
+        (default: the start)."""
+        self.pid = pid
+        self.interval = interval
+        self._origin = origin
+        self.samples: list[dict[str, float]] = []  # t (s since start), rss, fds, threads
+        self.descendants: dict[int, tuple[float, str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        self._began = 0.0
+
+    def __enter__(self) -> ProcessSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._began = time.perf_counter() if self._origin is None else self._origin
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def sample(self) -> dict[str, float] | None:
+        """One sample now (also kept); None when the process is gone."""
+        try:
+            process = psutil.Process(self.pid)
+            with process.oneshot():
+                sample = {
+                    "t": round(time.perf_counter() - self._began, 3),
+                    "rss": float(process.memory_info().rss),
+                    "fds": float(process.num_fds()),
+                    "threads": float(process.num_threads()),
+                }
+            children = process.children(recursive=True)
+        except psutil.Error:
+            return None
+        for child in children:
+            try:
+                if child.pid not in self.descendants:
+                    self.descendants[child.pid] = (child.create_time(), " ".join(child.cmdline()))
+            except psutil.Error:
+                pass  # it ended between the listing and the look
+        self.samples.append(sample)
+        return sample
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+    def series(self, key: str, since: float = 0.0) -> list[tuple[float, float]]:
+        return [(s["t"], s[key]) for s in self.samples if s["t"] >= since]
+
+    def left_behind(self, grace: float = 3.0) -> list[dict[str, Any]]:
+        """The descendants seen that still run (the same process: its create time
+        matches), after waiting up to ``grace`` seconds for them to go."""
+        deadline = time.monotonic() + grace
+        while True:
+            alive = []
+            for pid, (created, cmdline) in self.descendants.items():
+                try:
+                    process = psutil.Process(pid)
+                    if (
+                        process.create_time() == created
+                        and process.status() != psutil.STATUS_ZOMBIE
+                    ):
+                        alive.append({"pid": pid, "cmdline": cmdline})
+                except psutil.Error:
+                    pass
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.1)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -27,6 +27,33 @@ def _ratio(value: float, base: float) -> str:
     return f"{value / base:.2f}×"
 
 
+def _le(value: float | None, bound: float) -> bool:
+    """value ≤ bound, and a value that is missing or nan is not."""
+    return value is not None and not math.isnan(value) and value <= bound
+
+
+def _flood_outcome(fl: dict[str, Any]) -> str:
+    """How the flooding client's turns ended, in a few words."""
+    if fl["flood_client_disconnected"]:
+        after = fl.get("disconnected_after_seconds")
+        said = f"disconnected{'' if after is None else f' {after:.1f} s after the flood began'}"
+    else:
+        said = "not disconnected"
+    ended = sum(t["ended"] for t in fl["flood_turns"])
+    logged = "the log says so" if fl["log_lines"] else "nothing in the log"
+    return (
+        f"{said}; {ended} of {len(fl['flood_turns'])} turns ended with results; "
+        f"aborted: {fl['flood_turns_aborted_evidence'] or 'no'}; {logged}"
+    )
+
+
+def _session_limit(limit: dict[str, Any]) -> str:
+    refused = limit["refused"] or f"none of {limit['attempts']} refused"
+    if limit["refused"]:
+        refused = f"refused: {refused}"
+    return f"{limit['opened']} opened, then {refused}; {limit['sessions_after']} left after"
+
+
 def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, measured, verdict) for every target the data can answer."""
     rows: list[tuple[str, str, str]] = []
@@ -117,6 +144,86 @@ def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             "a crashed worker replaced and ready ≤ 50 ms",
             f"p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms",
             s["p99"] <= 50,
+        )
+        if z := rec.get("zygote"):
+            w = z["working_summary_ms"]
+            check(
+                "a killed zygote replaced, the pool working again ≤ 1 s (L1)",
+                f"median {w['p50']:.0f} ms, max {w['max']:.0f} ms",
+                _le(w["max"], 1000),
+            )
+    if soak := data.get("soak"):
+        check(
+            "soak: no result lost or duplicated (L8)",
+            f"{soak['calls']:,} calls in {soak['turns']:,} turns, {soak['clients']} clients: "
+            f"{soak['lost']} lost, {soak['duplicated']} duplicated",
+            soak["lost"] == 0 and soak["duplicated"] == 0,
+        )
+        check(
+            "soak: every call ends as its kind makes it (crash: worker_lost, stopped: "
+            "cancelled/interrupted, else ok); no client error",
+            f"{soak['unexpected']} unexpected, {len(soak['client_errors'])} client errors",
+            soak["unexpected"] == 0 and not soak["client_errors"],
+        )
+        check(
+            "soak: no process of the pool outlives the daemon",
+            f"{soak['orphans']} left of {soak['descendants_seen']} seen",
+            soak["orphans"] == 0,
+        )
+        rss = soak["rss_mib"]
+        long_enough = soak["seconds"] >= 60  # half a quick run is too short for a slope
+        check(
+            "soak: daemon RSS flat, slope ≤ 1 MB/min after warm-up (second half)",
+            f"{_f(rss['slope_per_minute_second_half'], 2)} MB/min "
+            f"({_f(rss['start'], 1)} → {_f(rss['end'], 1)} MB over {soak['seconds']:.0f} s"
+            + ("" if long_enough else "; too short to judge a slope")
+            + ")",
+            _le(rss["slope_per_minute_second_half"], 1.0) if long_enough else None,
+        )
+        fds, threads = soak["fds"], soak["threads"]
+        check(
+            "soak: open fds and threads flat: no new high in the second half "
+            "(fds within 4 of the first half's)",
+            f"fds {_f(fds['max_first_half'])} → {_f(fds['max_second_half'])}, "
+            f"threads {_f(threads['max_first_half'])} → {_f(threads['max_second_half'])}",
+            _le(fds["max_second_half"], (fds["max_first_half"] or 0) + 4)
+            and _le(threads["max_second_half"], threads["max_first_half"] or 0),
+        )
+        cycle = soak["session_cycle"]
+        check(
+            f"session cycle: {cycle['cycles']:,} opens and closes change the daemon's RSS "
+            "≤ 5 MB, and leave no session",
+            f"{cycle['rss_change_mib']:+.2f} MB, {cycle['sessions_after']} sessions left",
+            abs(cycle["rss_change_mib"]) <= 5 and cycle["sessions_after"] == 0,
+        )
+    if fl := data.get("flood"):
+        peak = fl["daemon_rss_mib"]["peak_during_flood"]
+        check(
+            "flood: daemon peak RSS < 200 MB while a client reads nothing",
+            f"{_f(peak, 1)} MB ({fl['turns']} × {fl['calls_per_turn']} reads of "
+            f"{fl['file_bytes'] / 1e6:.0f} MB)",
+            not math.isnan(peak) and peak < 200,
+        )
+        alone, during = fl["alone_ms"]["p99"], fl["during_flood_ms"]["p99"]
+        check(
+            "flood: another client's p99 within 2× its p99 alone",
+            f"{_f(during, 1)} ms vs {_f(alone, 1)} ms ({_ratio(during, alone)})",
+            _le(during, 2 * alone),
+        )
+        limit = fl.get("session_limit")
+        if limit:
+            check(
+                "sessions per client bounded: an open over the limit is refused, naming it (L6)",
+                _session_limit(limit),
+                limit["refused"] is not None
+                and "max_sessions" in limit["refused"]
+                and limit["sessions_after"] == 0,
+            )
+        check(
+            f"flood: the stalled client's turns aborted and the client disconnected "
+            f"(client_stall_seconds {fl['client_stall_seconds']:g})",
+            _flood_outcome(fl),
+            fl["flood_turns_aborted"] and fl["flood_client_disconnected"],
         )
     conf = data.get("confinement")
     if conf:
@@ -249,6 +356,115 @@ def markdown(data: dict[str, Any], command: str) -> str:
             f"{len(st['crash_times'])} workers crashed beside it.",
             "",
             "![recovery](recovery.png)",
+        ]
+        if z := rec.get("zygote"):
+            w, r = z["working_summary_ms"], z["recovery_summary_ms"]
+            lines += [
+                "",
+                f"A SIGKILLed zygote ({w['n']} kills): a call worked again {_f(w['p50'])} ms "
+                f"(median), {_f(w['max'])} ms (max) after the kill, on a new zygote's worker "
+                f"(the pool's own figure, death noticed → a new worker ready: {_f(r['p50'])} "
+                f"ms median); {z['calls_lost']} calls submitted meanwhile ended lost.",
+            ]
+
+    if soak := data.get("soak"):
+        lines += [
+            "",
+            f"## Soak: {soak['clients']} clients, {soak['seconds']:.0f} s of mixed calls, "
+            f"{soak['workers']} workers",
+            "",
+            f"{soak['calls']:,} calls in {soak['turns']:,} turns: {soak['lost']} lost, "
+            f"{soak['duplicated']} duplicated, {soak['unexpected']} with an unexpected "
+            f"outcome; {soak['workers_replaced']} workers replaced; {soak['orphans']} of the "
+            f"{soak['descendants_seen']} pool processes seen left after the daemon stopped.",
+            "",
+            "| daemon | start | end | high, 1st half | high, 2nd half | slope /min | "
+            "slope /min, 2nd half |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for label, key, digits in (
+            ("RSS MB", "rss_mib", 1),
+            ("open fds", "fds", 0),
+            ("threads", "threads", 0),
+        ):
+            v = soak[key]
+            lines.append(
+                f"| {label} | {_f(v['start'], digits)} | {_f(v['end'], digits)} | "
+                f"{_f(v['max_first_half'], digits)} | {_f(v['max_second_half'], digits)} | "
+                f"{_f(v['slope_per_minute'], 2)} | {_f(v['slope_per_minute_second_half'], 2)} |"
+            )
+        lines += ["", "| calls of | outcomes |", "|---|---|"]
+        for action, codes in soak["outcomes"].items():
+            told = ", ".join(f"{code} {n}" for code, n in sorted(codes.items()))
+            lines.append(f"| {action} | {told or '–'} |")
+        cycle = soak["session_cycle"]
+        lines += [
+            "",
+            f"Session cycle: {cycle['cycles']:,} opens and closes on one connection in "
+            f"{cycle['seconds']:.1f} s; the daemon's RSS {cycle['rss_before_mib']:.1f} → "
+            f"{cycle['rss_after_mib']:.1f} MB ({cycle['rss_change_mib']:+.2f} MB), "
+            f"{cycle['sessions_after']} sessions in its status after.",
+            "",
+            "![soak](soak.png)",
+        ]
+
+    if fl := data.get("flood"):
+        rss = fl["daemon_rss_mib"]
+        acct = fl["client_accounting"]
+        told = "none in status" if acct is None else ", ".join(f"{k} {v}" for k, v in acct.items())
+        lines += [
+            "",
+            f"## Flood: a client submits {fl['turns']} turns of {fl['calls_per_turn']} reads "
+            f"of a {fl['file_bytes'] / 1e6:.0f} MB file and reads nothing for "
+            f"{fl['pause_seconds']:g} s",
+            "",
+            f"client_stall_seconds {fl['client_stall_seconds']:g}"
+            f"{'' if fl['daemon_knows_client_stall_seconds'] else ' (unknown to this daemon)'}; "
+            f"the turn output budget {fl['turn_output_budget']}.",
+            "",
+            "| daemon RSS MB | before | peak during the flood | after |",
+            "|---|---:|---:|---:|",
+            f"| | {_f(rss['before'], 1)} | {_f(rss['peak_during_flood'], 1)} | "
+            f"{_f(rss['end'], 1)} |",
+            "",
+            "| another client's no-op calls | n | calls/s | p50 ms | p99 ms | max ms |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        rates = fl["steady_calls_per_second"]
+        for label, key, rate in (
+            ("alone, before the flood", "alone_ms", rates["alone"]),
+            (
+                "during the flood (submit → the client let go)",
+                "during_flood_ms",
+                rates["during_flood"],
+            ),
+            ("after the flooding client was let go", "after_let_go_ms", rates["after_let_go"]),
+        ):
+            v = fl[key]
+            if v["n"]:
+                lines.append(f"| {label} | {v['n']} | {_f(rate, 1)} | {_row(v, 2)} |")
+        lines += [
+            "",
+            f"The flooding client: {_flood_outcome(fl)}.",
+        ]
+        for i, turn in enumerate(fl["flood_turns"]):
+            if turn["ended"]:
+                codes = ", ".join(f"{c} {n}" for c, n in sorted(turn["codes"].items()))
+                lines.append(f"- turn {i + 1}: ended, {codes}")
+            else:
+                lines.append(f"- turn {i + 1}: {turn['error']} ({turn['events']} events read)")
+        lines += [
+            "",
+            f"The daemon's accounting for it (its last entry in status): {told}.",
+            "",
+        ]
+        if lim := fl.get("session_limit"):
+            lines += [
+                f"Sessions of one client (L6): {_session_limit(lim)}.",
+                "",
+            ]
+        lines += [
+            "![flood](flood.png)",
         ]
 
     if conf := data.get("confinement"):
@@ -417,4 +633,55 @@ def plots(data: dict[str, Any], out: Path) -> list[Path]:
         fig.savefig(out / "recovery.png", dpi=110)
         plt.close(fig)
         made.append(out / "recovery.png")
+    if soak := data.get("soak"):
+        samples = soak["samples"]
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+        ts = [x["t"] for x in samples]
+        for ax, key, label in zip(
+            axes,
+            ("rss", "fds", "threads"),
+            ("daemon RSS, MB", "open fds", "threads"),
+            strict=True,
+        ):
+            ys = [x[key] / (MiB if key == "rss" else 1) for x in samples]
+            ax.plot(ts, ys, marker=".", markersize=3)
+            ax.set_xlabel("seconds")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+            ax.set_ylim(0, max(ys, default=1) * 1.2)  # from 0: a leak shows as what it is
+        fig.suptitle(f"soak: {soak['clients']} clients, mixed calls", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(out / "soak.png", dpi=110)
+        plt.close(fig)
+        made.append(out / "soak.png")
+    if fl := data.get("flood"):
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        steady = fl["steady_samples"]
+        ax.plot(
+            [t for t, _ in steady],
+            [ms for _, ms in steady],
+            ".",
+            markersize=3,
+            label="another client's no-op call, ms",
+        )
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds (shaded: the flooding client reads nothing; dashed: let go)")
+        ax.set_ylabel("latency, ms")
+        ax.axvspan(*fl["flood_window"], color="orange", alpha=0.15)
+        if fl["let_go_at"] is not None:
+            ax.axvline(fl["let_go_at"], color="black", alpha=0.5, linestyle="--")
+        ax.grid(alpha=0.3)
+        twin = ax.twinx()
+        twin.plot(
+            [t for t, _ in fl["rss_samples"]],
+            [r / MiB for _, r in fl["rss_samples"]],
+            color="red",
+            label="daemon RSS, MB",
+        )
+        twin.set_ylabel("daemon RSS, MB", color="red")
+        twin.set_ylim(bottom=0)
+        fig.tight_layout()
+        fig.savefig(out / "flood.png", dpi=110)
+        plt.close(fig)
+        made.append(out / "flood.png")
     return made

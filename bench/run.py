@@ -1,6 +1,6 @@
 """``toolpool bench``: measure toolpool beside its floor and its peers, in one run.
 
-    .venv/bin/toolpool bench            # the full bench (a few minutes on 2 cores)
+    .venv/bin/toolpool bench            # the full bench (minutes on 2 cores, the soak 3 of them)
     .venv/bin/toolpool bench --quick    # every scenario, briefly
     python bench/run.py --only overhead,interrupts --out /tmp/results
 
@@ -24,13 +24,33 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import report
 from bench.common import REPO, dump, machine
-from bench.scenarios import confinement, interrupts, overhead, peers, recovery, throughput
+from bench.scenarios import (
+    confinement,
+    flood,
+    interrupts,
+    overhead,
+    peers,
+    recovery,
+    soak,
+    throughput,
+)
 
-SCENARIOS = ("overhead", "throughput", "mixed", "interrupts", "recovery", "confinement", "peers")
+SCENARIOS = (
+    "overhead",
+    "throughput",
+    "mixed",
+    "interrupts",
+    "recovery",
+    "confinement",
+    "peers",
+    "soak",
+    "flood",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = confinement.run(args.quick, workspace)
             elif name == "peers":
                 data[name] = peers.run(args.quick, workspace)
+            elif name == "soak":
+                data[name] = soak.run(args.quick, workspace)
+            elif name == "flood":
+                data[name] = flood.run(args.quick, workspace)
             progress.update(task, completed=progress.tasks[task].total)
             data.setdefault("seconds", {})[name] = round(time.perf_counter() - began, 1)
 
@@ -107,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, measured, verdict in report.targets(data):
         style = {"met": "green", "missed": "red"}.get(verdict, "dim")
-        console.print(f"  [{style}]{verdict:>6}[/] {name}: {measured}")
+        console.print(f"  [{style}]{verdict:>6}[/] {escape(name)}: {escape(measured)}")
     return 0
 
 
