@@ -38,7 +38,8 @@ def _described(pids: set[int]) -> list[str]:
     return described
 
 
-def assert_none_left(before: set[int], timeout: float = 5.0) -> None:
+def assert_none_left(before: set[int], timeout: float = 20.0) -> None:
+    # ``timeout`` is a hang guard: what a test ended is gone within a second or two
     deadline = time.monotonic() + timeout
     left = _descendants() - before
     while _described(left) and time.monotonic() < deadline:

@@ -66,7 +66,9 @@ def start_daemon(
         *flags,
     ]  # fmt: skip
     process = subprocess.Popen(argv, cwd=ROOT, env={**daemon_env(tmp), **(env or {})})
-    deadline = time.monotonic() + 30
+    # A hang guard: a daemon is up within seconds, but one that imports MCP servers
+    # waits for them (up to 40 s of its own), which a loaded machine stretches
+    deadline = time.monotonic() + 50
     while time.monotonic() < deadline:
         info = read_endpoint(runtime)
         if info is not None and info.get("pid") == process.pid:
@@ -90,7 +92,7 @@ def stop_daemon(daemon: Daemon, timeout: float = 30) -> int:
         daemon.process.kill()
         daemon.process.wait()
         raise AssertionError("the daemon did not stop on SIGTERM") from None
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 20  # a hang guard: the tree ends with the daemon
     while any(running(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.05)
     left = [p for p in tree if running(p)]

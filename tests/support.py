@@ -225,8 +225,9 @@ def ids(results: Sequence[ToolResult]) -> list[str]:
     return [r.call_id for r in results]
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait (polling) until ``condition()`` holds; fail the test after ``timeout``."""
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait (polling) until ``condition()`` holds; fail the test after ``timeout``, a
+    hang guard far past anything waited for here (a loaded machine is slow, not stuck)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"

@@ -40,6 +40,9 @@ async def setup(workspace: Path) -> AsyncIterator[Setup]:
             max_workers=1,
             tool_modules=MODULES,
             heartbeat_interval=0.1,
+            # Hang detection far from anything a busy machine does (30 s of silence,
+            # not 1 s): these calls spin the CPU beside the workers' heartbeats
+            heartbeat_misses=300,
             limits=LIMITS.merged(limits),
         )
         pool = WorkerPool(config)
@@ -86,9 +89,11 @@ async def test_X7_sequential_cpu_spinners_meet_the_call_cpu_limit(setup: Setup) 
     # Given a call allowance of 3 s of CPU
     pool, coordinator, session = await setup()
     needs_cgroup(pool, "cpu")
-    # When one command runs five spinners of 2 s each, one after another (each under
-    # any per-process limit, together well past the call's)
-    spin = "timeout 2 sh -c 'while :; do :; done'"
+    # When one command runs five spinners of 2 s of CPU each, one after another (each
+    # under any per-process limit, together well past the call's). Each is stopped by
+    # its own CPU limit (ulimit -t), not by a clock: on a busy machine a spinner gets
+    # less CPU per second, never less CPU in all.
+    spin = "sh -c 'ulimit -t 2; while :; do :; done'"
     command = f"for i in 1 2 3 4 5; do {spin}; done; echo all-finished"
     result = await run(coordinator, session, "bash", command=command)
     # Then the call is stopped by its CPU limit, and says so

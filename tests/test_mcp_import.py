@@ -208,18 +208,17 @@ def test_D4_cancelling_a_call_cancels_the_mcp_request(
 ) -> None:
     marker = tmp_path / "cancelled"
     with client.session(workspace) as session:
+        # The server would sleep past the test's end: only the cancel can end the call.
         turn = session.submit(
-            [ToolCall("s", "mcp__fixture__slow", {"seconds": 45, "marker": str(marker)})],
+            [ToolCall("s", "mcp__fixture__slow", {"seconds": 3600, "marker": str(marker)})],
             open=True,
         )
         first_progress(turn, "s")  # the server is running it
-        began = time.monotonic()
         turn.cancel("s")
-        result = turn.result("s", timeout=20)
+        result = turn.result("s", timeout=40)  # a hang guard: it ends within a second
         turn.close()
     assert result.error_code in (ErrorCode.INTERRUPTED, ErrorCode.CANCELLED)
-    assert time.monotonic() - began < 20
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a hang guard, as above
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.read_text() == "cancelled"  # the server saw its request cancelled
@@ -306,7 +305,7 @@ def test_T5_a_server_reached_over_http_is_imported_too(tmp_path: Path, workspace
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 40  # a hang guard: it comes up in a second or two
         while True:
             with socket.socket() as attempt:
                 if attempt.connect_ex(("127.0.0.1", port)) == 0:

@@ -106,15 +106,24 @@ def test_D4_real_processes_term_then_kill() -> None:
     stubborn = subprocess.Popen(
         ["sh", "-c", "trap '' TERM; sleep 100 & wait"], start_new_session=True
     )
-    time.sleep(0.1)
     try:
-        assert terminate(ProcessTree(polite.pid), grace=2).escalation is Escalation.TERM
+        # The shell ignores TERM once it has started its sleep (the trap comes first)
+        deadline = time.monotonic() + 30  # a hang guard: it starts within milliseconds
+        while not psutil.Process(stubborn.pid).children():
+            assert time.monotonic() < deadline, "the stubborn shell started no sleep"
+            time.sleep(0.01)
+        # Graces far past what a polite process needs: a slow machine cannot make
+        # the polite sleep look stubborn, nor a SIGKILLed process look stuck
+        polite_report = terminate(ProcessTree(polite.pid), grace=30, kill_wait=30)
+        assert polite_report.escalation is Escalation.TERM
         started = time.monotonic()
         report = terminate(
-            Together(ProcessGroup(stubborn.pid), ProcessTree(stubborn.pid)), grace=0.3
+            Together(ProcessGroup(stubborn.pid), ProcessTree(stubborn.pid)),
+            grace=0.3,
+            kill_wait=30,
         )
         assert report.escalation is Escalation.KILL
-        assert time.monotonic() - started >= 0.3
+        assert time.monotonic() - started >= 0.3  # the whole grace was waited for
         assert len(report.pids) == 2  # the shell and its sleep
         assert not any(
             psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in report.pids

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolpool import ToolContext, tool
+from toolpool import ToolContext, ToolError, tool
 from toolpool.sandbox.command import confined
 
 
@@ -52,6 +52,23 @@ def nap(seconds: float) -> str:
     """Sleep, then answer (cancel-behaviour)."""
     time.sleep(seconds)
     return f"slept {seconds}"
+
+
+@tool(read_only=True, interrupt_behavior="cancel")
+def wait_for(name: str, ctx: ToolContext, timeout: float = 30.0) -> str:
+    """Wait until the file ``name`` exists in the workspace (a test creates it once it
+    has seen what it waits for); an error after ``timeout`` seconds, a hang guard.
+
+    Args:
+        name: The file's name, in the workspace.
+        timeout: Seconds before giving up.
+    """
+    deadline = time.monotonic() + timeout
+    while not (ctx.workspace / name).exists():
+        if time.monotonic() > deadline:
+            raise ToolError(f"{name} did not appear within {timeout:g} s")
+        time.sleep(0.02)
+    return f"{name} appeared"
 
 
 @tool(read_only=True, interrupt_behavior="block")
