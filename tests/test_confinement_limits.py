@@ -145,7 +145,7 @@ async def test_X8_spill_file_is_capped_at_spill_bytes(setup: Setup) -> None:
     result = await run(coordinator, session, "bash", command="timeout 2 yes")
     assert not result.is_error, result.text[-500:]  # timeout's own exit code, 124
     note = f"\n[output truncated at {spill} bytes: spill_bytes]\n".encode()
-    path = session.scratch_dir / "bash" / "c1.log"
+    (path,) = (session.scratch_dir / "bash").glob("c1-*.log")  # named from the call id
     data = path.read_bytes()
     assert len(data) <= spill + len(note)
     assert data.endswith(note)

@@ -17,6 +17,10 @@ from toolpool.models import MessageStart, ToolEnd
 
 from .daemon_support import running, running_daemon, start_daemon, stop_daemon
 
+# Each test runs a daemon through a flood; the waits inside are hang guards of up to
+# 120 s, so the module's timeout is past them.
+pytestmark = pytest.mark.timeout(400)
+
 MiB = 1024 * 1024
 WINDOW = 8 * MiB  # the smallest client_buffer_bytes
 
