@@ -63,12 +63,27 @@ def wait_for(name: str, ctx: ToolContext, timeout: float = 30.0) -> str:
         name: The file's name, in the workspace.
         timeout: Seconds before giving up.
     """
+    return _wait_for_file(ctx.workspace / name, timeout)
+
+
+@tool(read_only=True, interrupt_behavior="block")
+def chore_until(name: str, ctx: ToolContext, timeout: float = 30.0) -> str:
+    """``wait_for`` with block behaviour: an interrupt lets it finish.
+
+    Args:
+        name: The file's name, in the workspace.
+        timeout: Seconds before giving up.
+    """
+    return _wait_for_file(ctx.workspace / name, timeout)
+
+
+def _wait_for_file(path: Path, timeout: float) -> str:
     deadline = time.monotonic() + timeout
-    while not (ctx.workspace / name).exists():
+    while not path.exists():
         if time.monotonic() > deadline:
-            raise ToolError(f"{name} did not appear within {timeout:g} s")
+            raise ToolError(f"{path.name} did not appear within {timeout:g} s")
         time.sleep(0.02)
-    return f"{name} appeared"
+    return f"{path.name} appeared"
 
 
 @tool(read_only=True, interrupt_behavior="block")
