@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench import plots as plotting
 from bench import report
 from bench.common import REPO, dump, machine
 from bench.scenarios import (
@@ -39,6 +40,7 @@ from bench.scenarios import (
     soak,
     throughput,
 )
+from bench.targets import targets
 
 SCENARIOS = (
     "overhead",
@@ -124,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             data.setdefault("seconds", {})[name] = round(time.perf_counter() - began, 1)
 
     dump(out / "raw.json", data)
-    plots = report.plots(data, out)
+    plots = plotting.plots(data, out)
     (out / "report.md").write_text(report.markdown(data, data["command"]))
     console.print(
         f"[bold]results[/] in {out}: raw.json, report.md, {', '.join(p.name for p in plots)}"
     )
-    for name, measured, verdict in report.targets(data):
+    for name, measured, verdict in targets(data):
         style = {"met": "green", "missed": "red"}.get(verdict, "dim")
         console.print(f"  [{style}]{verdict:>6}[/] {escape(name)}: {escape(measured)}")
     return 0

@@ -1,0 +1,212 @@
+"""The bench's targets, each checked against a run's figures: (target, measured,
+met / missed / n/a)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench.format import MiB, num, times, within
+
+
+def describe_flood(fl: dict[str, Any]) -> str:
+    """How the flooding client's turns ended, in a few words."""
+    if fl["flood_client_disconnected"]:
+        after = fl.get("disconnected_after_seconds")
+        said = f"disconnected{'' if after is None else f' {after:.1f} s after the flood began'}"
+    else:
+        said = "not disconnected"
+    ended = sum(t["ended"] for t in fl["flood_turns"])
+    logged = "the log says so" if fl["log_lines"] else "nothing in the log"
+    return (
+        f"{said}; {ended} of {len(fl['flood_turns'])} turns ended with results; "
+        f"aborted: {fl['flood_turns_aborted_evidence'] or 'no'}; {logged}"
+    )
+
+
+def describe_session_limit(limit: dict[str, Any]) -> str:
+    refused = limit["refused"] or f"none of {limit['attempts']} refused"
+    if limit["refused"]:
+        refused = f"refused: {refused}"
+    return f"{limit['opened']} opened, then {refused}; {limit['sessions_after']} left after"
+
+
+def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) for every target the data can answer."""
+    rows: list[tuple[str, str, str]] = []
+
+    def check(name: str, measured: str, ok: bool | None) -> None:
+        rows.append((name, measured, "n/a" if ok is None else ("met" if ok else "missed")))
+
+    over = data.get("overhead")
+    if over:
+        s = over["summary_us"]
+        ratio = (
+            s["toolpool: client → daemon → worker"]["p50"] / s["floor: raw pyzmq, two hops"]["p50"]
+        )
+        check("no-op call p50 ≤ 3× the raw two-hop pyzmq round trip", f"{ratio:.2f}×", ratio <= 3)
+        mem = over["idle_memory"]
+        rss = mem["daemon"]["rss"] / MiB
+        check(
+            "daemon idle memory ≤ 60 MB",
+            f"{rss:.1f} MB RSS ({mem['daemon']['uss'] / MiB:.1f} MB unique)",
+            rss <= 60,
+        )
+        workers = mem["workers"]
+        if workers:
+            worst = max(w["rss"] for w in workers) / MiB
+            unique = max(w["uss"] for w in workers) / MiB
+            check(
+                "each worker ≤ 35 MB",
+                f"{worst:.1f} MB RSS ({unique:.1f} MB unique, the rest shared with the zygote)",
+                worst <= 35,
+            )
+    peers = data.get("peers")
+    if peers:
+        t = peers["throughput_calls_per_second"]
+        ratio = t["toolpool"]["no-op"] / t["ProcessPoolExecutor"]["no-op"]
+        check("no-op calls/s, 2 workers ≥ 1.5× ProcessPoolExecutor", f"{ratio:.2f}×", ratio >= 1.5)
+        if "Ray tasks" in t:
+            ray = t["toolpool"]["no-op"] / t["Ray tasks"]["no-op"]
+            check("no-op calls/s ≥ 5× Ray tasks", f"{ray:.2f}×", ray >= 5)
+        else:
+            check("no-op calls/s ≥ 5× Ray tasks", peers["ray"] or "Ray not measured", None)
+        g = peers["grep"]
+        ratio = g["toolpool_ms"]["p50"] / g["raw_rg_ms"]["p50"]
+        check(
+            "grep through toolpool ≤ 1.3× raw rg (default: 1 CPU per worker)",
+            f"{ratio:.2f}×",
+            ratio <= 1.3,
+        )
+        ratio = g["toolpool_all_cores_ms"]["p50"] / g["raw_rg_ms"]["p50"]
+        check(
+            f"grep through toolpool ≤ 1.3× raw rg (worker_cpus = {g['cores']}, as rg)",
+            f"{ratio:.2f}×",
+            ratio <= 1.3,
+        )
+    thr = data.get("throughput")
+    if thr:
+        cells = [
+            c
+            for c in thr["cells"]
+            if c["kind"] == "cpu 20 ms" and c["workers"] == 2 and c["size"] == 8
+        ]
+        by_c = {c["concurrency"]: c["calls_per_second"] for c in cells}
+        widest = max(by_c, default=1)
+        if 1 in by_c and widest > 1:
+            speedup = by_c[widest] / by_c[1]
+            check(
+                "8 CPU-bound calls in one turn ≥ 1.8× faster than serial",
+                f"{speedup:.2f}× (2 workers, max_tool_concurrency {widest} vs 1)",
+                speedup >= 1.8,
+            )
+    intr = data.get("interrupts")
+    if intr:
+        s = intr["summary_ms"]
+        coop = s["cancel, cooperative"]["p99"]
+        check(
+            "cancel of a cooperative call → tool_end ≤ 20 ms at p99", f"{coop:.1f} ms", coop <= 20
+        )
+        grace = intr["grace_seconds"] * 1000
+        stubborn = s["cancel, ignores SIGTERM"]["p99"]
+        check(
+            "cancel of a TERM-ignoring call → tool_end ≤ grace + 20 ms at p99",
+            f"{stubborn:.1f} ms (grace {grace:.0f} ms)",
+            stubborn <= grace + 20,
+        )
+    rec = data.get("recovery")
+    if rec:
+        s = rec["replacement_summary_ms"]
+        check(
+            "a crashed worker replaced and ready ≤ 50 ms",
+            f"p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms",
+            s["p99"] <= 50,
+        )
+        if z := rec.get("zygote"):
+            w = z["working_summary_ms"]
+            check(
+                "a killed zygote replaced, the pool working again ≤ 1 s (L1)",
+                f"median {w['p50']:.0f} ms, max {w['max']:.0f} ms",
+                within(w["max"], 1000),
+            )
+    if soak := data.get("soak"):
+        check(
+            "soak: no result lost or duplicated (L8)",
+            f"{soak['calls']:,} calls in {soak['turns']:,} turns, {soak['clients']} clients: "
+            f"{soak['lost']} lost, {soak['duplicated']} duplicated",
+            soak["lost"] == 0 and soak["duplicated"] == 0,
+        )
+        check(
+            "soak: every call ends as its kind makes it (crash: worker_lost, stopped: "
+            "cancelled/interrupted, else ok); no client error",
+            f"{soak['unexpected']} unexpected, {len(soak['client_errors'])} client errors",
+            soak["unexpected"] == 0 and not soak["client_errors"],
+        )
+        check(
+            "soak: no process of the pool outlives the daemon",
+            f"{soak['orphans']} left of {soak['descendants_seen']} seen",
+            soak["orphans"] == 0,
+        )
+        rss = soak["rss_mib"]
+        long_enough = soak["seconds"] >= 60  # half a quick run is too short for a slope
+        check(
+            "soak: daemon RSS flat, slope ≤ 1 MB/min after warm-up (second half)",
+            f"{num(rss['slope_per_minute_second_half'], 2)} MB/min "
+            f"({num(rss['start'], 1)} → {num(rss['end'], 1)} MB over {soak['seconds']:.0f} s"
+            + ("" if long_enough else "; too short to judge a slope")
+            + ")",
+            within(rss["slope_per_minute_second_half"], 1.0) if long_enough else None,
+        )
+        fds, threads = soak["fds"], soak["threads"]
+        check(
+            "soak: open fds and threads flat: no new high in the second half "
+            "(fds within 4 of the first half's)",
+            f"fds {num(fds['max_first_half'])} → {num(fds['max_second_half'])}, "
+            f"threads {num(threads['max_first_half'])} → {num(threads['max_second_half'])}",
+            within(fds["max_second_half"], (fds["max_first_half"] or 0) + 4)
+            and within(threads["max_second_half"], threads["max_first_half"] or 0),
+        )
+        cycle = soak["session_cycle"]
+        check(
+            f"session cycle: {cycle['cycles']:,} opens and closes change the daemon's RSS "
+            "≤ 5 MB, and leave no session",
+            f"{cycle['rss_change_mib']:+.2f} MB, {cycle['sessions_after']} sessions left",
+            abs(cycle["rss_change_mib"]) <= 5 and cycle["sessions_after"] == 0,
+        )
+    if fl := data.get("flood"):
+        peak = fl["daemon_rss_mib"]["peak_during_flood"]
+        check(
+            "flood: daemon peak RSS < 200 MB while a client reads nothing",
+            f"{num(peak, 1)} MB ({fl['turns']} × {fl['calls_per_turn']} reads of "
+            f"{fl['file_bytes'] / 1e6:.0f} MB)",
+            not math.isnan(peak) and peak < 200,
+        )
+        alone, during = fl["alone_ms"]["p99"], fl["during_flood_ms"]["p99"]
+        check(
+            "flood: another client's p99 within 2× its p99 alone",
+            f"{num(during, 1)} ms vs {num(alone, 1)} ms ({times(during, alone)})",
+            within(during, 2 * alone),
+        )
+        limit = fl.get("session_limit")
+        if limit:
+            check(
+                "sessions per client bounded: an open over the limit is refused, naming it (L6)",
+                describe_session_limit(limit),
+                limit["refused"] is not None
+                and "max_sessions" in limit["refused"]
+                and limit["sessions_after"] == 0,
+            )
+        check(
+            f"flood: the stalled client's turns aborted and the client disconnected "
+            f"(client_stall_seconds {fl['client_stall_seconds']:g})",
+            describe_flood(fl),
+            fl["flood_turns_aborted"] and fl["flood_client_disconnected"],
+        )
+    conf = data.get("confinement")
+    if conf:
+        check(
+            "the confinement adds ≤ 10 ms per bash call (p50)",
+            f"{conf['added_ms']:.1f} ms",
+            conf["added_ms"] <= 10,
+        )
+    return rows
