@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from toolpool import (
@@ -22,6 +23,7 @@ from toolpool import (
     ValidationResult,
 )
 from toolpool.engine import Coordinator, GateDecision, GateRequest, Session
+from toolpool.pool import PoolConfig, WorkerPool
 
 PNG_1X1 = bytes.fromhex(
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
@@ -232,3 +234,25 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+PoolFactory = Callable[..., Awaitable[WorkerPool]]
+
+
+@contextlib.asynccontextmanager
+async def pool_factory(**defaults: Any) -> AsyncIterator[PoolFactory]:
+    """Started ``WorkerPool``s of ``defaults`` and a test's overrides; every one is
+    closed at the end (nothing left running)."""
+    pools: list[WorkerPool] = []
+
+    async def make(**overrides: Any) -> WorkerPool:
+        pool = WorkerPool(PoolConfig(**{**defaults, **overrides}))
+        pools.append(pool)
+        await pool.start()
+        return pool
+
+    try:
+        yield make
+    finally:
+        for pool in pools:
+            await pool.close()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from toolpool.protocol import CallContext, Execute
 from toolpool.sandbox import Limits, SandboxProfile
 from toolpool.sandbox.limits import MiB
 
-from .support import EventLog, until
+from .support import EventLog, PoolFactory, pool_factory, until
 
 MODULE = "tests.worker_tools"
 PROFILE = SandboxProfile.probe()
@@ -41,34 +41,21 @@ LIMITS = Limits(
     output_bytes=1 * MiB,
 )
 
-PoolFactory = Callable[..., Awaitable[WorkerPool]]
-
 
 @pytest.fixture
 async def make_pool() -> AsyncIterator[PoolFactory]:
-    pools: list[WorkerPool] = []
-
-    async def make(**overrides: Any) -> WorkerPool:
-        settings: dict[str, Any] = {
-            "min_workers": 1,
-            "max_workers": 2,
-            "tool_modules": (MODULE,),
-            # Hung after 30 s of silence, cancels answered within 30 s: far from what a
-            # busy machine takes; the tests of hangs and kills set their own.
-            "heartbeat_interval": 0.1,
-            "heartbeat_misses": 300,
-            "cancel_grace": 30,
-            "limits": LIMITS,
-        }
-        settings.update(overrides)
-        pool = WorkerPool(PoolConfig(**settings))
-        pools.append(pool)
-        await pool.start()
-        return pool
-
-    yield make
-    for pool in pools:
-        await pool.close()
+    async with pool_factory(
+        min_workers=1,
+        max_workers=2,
+        tool_modules=(MODULE,),
+        # Hung after 30 s of silence, cancels answered within 30 s: far from what a
+        # busy machine takes; the tests of hangs and kills set their own.
+        heartbeat_interval=0.1,
+        heartbeat_misses=300,
+        cancel_grace=30,
+        limits=LIMITS,
+    ) as make:
+        yield make
 
 
 def coordinator_on(pool: WorkerPool, **options: Any) -> Coordinator:

@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from toolpool import Client, ErrorCode, ToolCall, ToolResult, tools_in_module
 from toolpool.cancel import CancelToken
 from toolpool.engine import Coordinator
-from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
+from toolpool.pool import PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.planner import (
     GiveUp,
     PoolPlanner,
@@ -32,35 +32,23 @@ from toolpool.pool.workers import WorkerState
 from toolpool.protocol import CallContext, Execute
 
 from .daemon_support import Daemon, running, running_daemon
-from .support import until
+from .support import PoolFactory, pool_factory, until
 
 MODULES = ("tests.worker_tools", "tests.hostile_tools")
-PoolFactory = Callable[..., Awaitable[WorkerPool]]
 
 
 @pytest.fixture
 async def make_pool() -> AsyncIterator[PoolFactory]:
-    pools: list[WorkerPool] = []
-
-    async def make(**overrides: Any) -> WorkerPool:
-        settings: dict[str, Any] = {
-            "min_workers": 2,
-            "max_workers": 3,
-            "tool_modules": MODULES,
-            "heartbeat_interval": 0.1,
-            "heartbeat_misses": 15,
-            "cancel_grace": 0.5,
-            "spawn_timeout": 30.0,
-        }
-        settings.update(overrides)
-        pool = WorkerPool(PoolConfig(**settings))
-        pools.append(pool)
-        await pool.start()
-        return pool
-
-    yield make
-    for pool in pools:
-        await pool.close()
+    async with pool_factory(
+        min_workers=2,
+        max_workers=3,
+        tool_modules=MODULES,
+        heartbeat_interval=0.1,
+        heartbeat_misses=15,
+        cancel_grace=0.5,
+        spawn_timeout=30.0,
+    ) as make:
+        yield make
 
 
 def coordinator_on(pool: WorkerPool) -> Coordinator:
