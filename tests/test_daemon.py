@@ -808,3 +808,17 @@ async def test_D5_async_follow_lets_go_of_what_was_read(daemon: Daemon, workspac
         _followed(followed, 150)
         assert len(turn.events) < FORGET_BATCH < len(followed)
         assert len(await turn.results()) == 150
+
+
+@pytest.mark.spec("D1")
+def test_D1_signals_during_the_stop_never_kill_it_uncleanly(tmp_path: Path) -> None:
+    """TERMs sent over and over while the daemon stops (a supervisor that insists)
+    end it cleanly, whichever phase of the stop each one lands in."""
+    daemon = start_daemon(tmp_path)
+    tree = daemon.tree()
+    while daemon.process.poll() is None:
+        daemon.process.send_signal(signal.SIGTERM)
+        time.sleep(0.002)
+    assert daemon.process.returncode == 0
+    eventually(lambda: not any(running(p) for p in tree))
+    assert not (daemon.runtime / "daemon.json").exists()

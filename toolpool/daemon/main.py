@@ -219,6 +219,9 @@ async def _serve(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+            # Stopping already: a signal now (a second TERM from whoever waits for the
+            # exit) must not kill the last clean-up with the default action.
+            signal.signal(sig, signal.SIG_IGN)
         for name in (ENDPOINT_NAME, PID_NAME, SOCKET_NAME):
             (runtime / name).unlink(missing_ok=True)
         coordinator.close()
