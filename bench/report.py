@@ -43,6 +43,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
             )
         lines += ["", "![latency distributions](latency.png)"]
 
+    if cpu := data.get("cpu"):
+        lines += cpu_section(cpu)
+
     if thr := data.get("throughput"):
         size = max(thr["sizes"])
         kinds = sorted(
@@ -95,6 +98,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
         lines += [
             f"| {n} | {num(v['p50'], 1)} | {times(v['p50'], base)} |" for n, v in mixed.items()
         ]
+
+    if ses := data.get("session"):
+        lines += session_section(ses)
 
     if intr := data.get("interrupts"):
         lines += [
@@ -310,3 +316,129 @@ def markdown(data: dict[str, Any], command: str) -> str:
         for i, w in enumerate(mem["workers"]):
             lines.append(f"| worker {i + 1} | {w['rss'] / MiB:.1f} | {w['uss'] / MiB:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+_THREADS = (("total", "all threads"), ("main", "main thread"), ("zmq", "ZeroMQ I/O threads"),
+            ("other", "other threads"))  # fmt: skip
+
+
+def cpu_section(cpu: dict[str, Any]) -> list[str]:
+    """CPU per call of each process, the in-process pipeline, the daemon's profile."""
+    one, batch = cpu["one_call"], cpu["batch"]
+    a, b = one["median"], batch["median"]
+    lines = [
+        "",
+        f"## CPU per call: no-op calls, {cpu['workers']} workers, one blocking client",
+        "",
+        f"µs of CPU (user + system) per call; medians of {cpu['repeats']} repetitions of "
+        f"{one['turns']:,} one-call turns and of {batch['turns']:,} turns of "
+        f"{batch['size']} calls, from the kernel's run times of each process and thread.",
+        "",
+        f"| process | one-call turns | {batch['size']}-call turns |",
+        "|---|---:|---:|",
+    ]
+    for who in ("daemon", "client"):
+        for key, label in _THREADS:
+            lines.append(f"| {who}, {label} | {num(a[who][key])} | {num(b[who][key])} |")
+    lines += [
+        f"| daemon, user / system (10 ms ticks) | {num(a['daemon']['user'])} / "
+        f"{num(a['daemon']['system'])} | {num(b['daemon']['user'])} / "
+        f"{num(b['daemon']['system'])} |",
+        f"| workers ({a['workers']['count']}), all threads | {num(a['workers']['total'])} | "
+        f"{num(b['workers']['total'])} |",
+        f"| zygote | {num(a['zygote']['total'])} | {num(b['zygote']['total'])} |",
+        f"| wall time per call | {num(a['wall'])} | {num(b['wall'])} |",
+    ]
+    replaced = sum(
+        r["workers"]["ended"] + r["workers"]["started"] for r in one["runs"] + batch["runs"]
+    )
+    if replaced:
+        lines += ["", f"{replaced} workers ended or started during the measurement."]
+    lines += [
+        "",
+        "| in-process one-call turn (Coordinator, InProcessExecutor) | p50 µs | p99 µs | "
+        "CPU µs per turn |",
+        "|---|---:|---:|---:|",
+    ]
+    for tool, how in (
+        ("bench_noop", "sync no-op, in a thread"),
+        ("bench_anoop", "async no-op, a task"),
+    ):
+        p = cpu["in_process"][tool]
+        lines.append(
+            f"| {tool} ({how}) | {num(p['wall_us']['p50'], 1)} | {num(p['wall_us']['p99'], 1)} | "
+            f"{num(p['cpu_us']['total'], 1)} |"
+        )
+    return lines + profile_section(cpu["profile"])
+
+
+def profile_section(prof: dict[str, Any], shown: int = 15) -> list[str]:
+    lines = ["", "## Daemon profile: py-spy under one-call no-op turns", ""]
+    if "error" in prof:
+        return [*lines, f"No profile: {prof['error']}."]
+    lines += [
+        f"{prof['samples']:,} samples in {prof['seconds']} s at {prof['rate']} Hz while "
+        f"{prof['loads']:,} turns ran ({prof['load_seconds']} s); a thread of the daemon held "
+        f"the GIL at ≈{100 * prof['gil_held_share']:.0f}% of the sampling instants (only those "
+        "are sampled: `--gil`). Percent of all samples. Time in C code (the event loop's own, "
+        "when it is uvloop's; ZeroMQ's, msgpack's) counts for the Python function that called "
+        "it; the inclusive list shows a chain of functions that only call the next once as "
+        "its last link.",
+        "",
+        "| self % | function | inclusive % | function |",
+        "|---:|---|---:|---|",
+    ]
+    own, inclusive = prof["self"][:shown], prof["inclusive"][:shown]
+    for i in range(max(len(own), len(inclusive))):
+        left = f"{own[i]['percent']:.1f} | `{own[i]['function']}`" if i < len(own) else " | "
+        right = (
+            f"{inclusive[i]['percent']:.1f} | `{inclusive[i]['function']}`"
+            if i < len(inclusive)
+            else " | "
+        )
+        lines.append(f"| {left} | {right} |")
+    return lines
+
+
+def session_section(ses: dict[str, Any]) -> list[str]:
+    tools = ", ".join(f"{name} {n}" for name, n in ses["calls_by_tool"].items())
+    pc = ses["per_call_us"]
+    failed = f"; {len(ses['errors'])} calls failed" if ses["errors"] else ""
+    lines = [
+        "",
+        f"## Session: a coding agent's {ses['calls']} calls on a copy of real source",
+        "",
+        f"{ses['turns']} turns on a copy of `{'`, `'.join(ses['packages'])}` from the standard "
+        f"library ({tools}); toolpool through client → daemon → {ses['workers']} workers, the "
+        f"in-process applier one call after another with the same durable writes; median of "
+        f"{ses['repeats']} runs, each on fresh copies. End trees: "
+        f"{'identical' if ses['trees_match'] else 'DIFFERENT'}{failed}.",
+        "",
+        "| phase | calls | toolpool µs/call | applier µs/call | toolpool × applier |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for phase, n in [*ses["calls_by_phase"].items(), ("all", ses["calls"])]:
+        t, a = pc["toolpool"][phase], pc["applier"][phase]
+        lines.append(f"| {phase} | {n} | {num(t)} | {num(a)} | {times(t, a)} |")
+    tp, ap = ses["cpu_us"]["toolpool"], ses["cpu_us"]["applier"]
+    total = tp["client"]["total"] + tp["daemon"]["total"] + tp["workers"]["total"]
+    total += tp["workers"]["commands"]
+    mine = ap["client"]["total"] + ap["client"]["commands"]
+    lines += [
+        "",
+        "| CPU µs per call | toolpool | applier |",
+        "|---|---:|---:|",
+        f"| client (the applier: its process) | {num(tp['client']['total'])} | "
+        f"{num(ap['client']['total'])} |",
+        f"| daemon | {num(tp['daemon']['total'])} | – |",
+        f"| workers | {num(tp['workers']['total'])} | – |",
+        f"| commands run (rg) | {num(tp['workers']['commands'])} | "
+        f"{num(ap['client']['commands'])} |",
+        f"| all | {num(total)} | {num(mine)} |",
+    ]
+    for problem in ses["errors"][:5]:
+        lines.append(f"- failed: {problem}")
+    for run in ses["runs"]:
+        for diff in run["differences"][:5]:
+            lines.append(f"- {diff}")
+    return lines

@@ -32,11 +32,13 @@ from bench import report
 from bench.common import REPO, dump, machine
 from bench.scenarios import (
     confinement,
+    cpu,
     flood,
     interrupts,
     overhead,
     peers,
     recovery,
+    session,
     soak,
     throughput,
 )
@@ -44,8 +46,10 @@ from bench.targets import targets
 
 SCENARIOS = (
     "overhead",
+    "cpu",
     "throughput",
     "mixed",
+    "session",
     "interrupts",
     "recovery",
     "confinement",
@@ -104,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             task = tasks[name]
             if name == "overhead":
                 data[name] = overhead.run(args.quick, workspace)
+            elif name == "cpu":
+                data[name] = cpu.run(args.quick, workspace)
+            elif name == "session":
+                data[name] = session.run(args.quick, workspace)
             elif name == "throughput":
                 data[name] = throughput.run(
                     args.quick, workspace, functools.partial(progress.advance, task)

@@ -1,8 +1,9 @@
 """The tools the bench runs: the same functions for toolpool and for its peers.
 
 The plain functions (``noop``, ``sleep_ms``, ``spin_ms``) are what peers such as
-ProcessPoolExecutor call; ``TOOLS`` wraps them for toolpool, plus tools that
-misbehave for the interrupt and recovery scenarios.
+ProcessPoolExecutor call; ``TOOLS`` wraps them for toolpool, plus an async no-op
+(``bench_anoop``: what the pipeline costs without a thread) and tools that misbehave
+for the interrupt and recovery scenarios.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from toolpool import tool
 
 def noop() -> str:
     """Do nothing."""
+    return "ok"
+
+
+async def anoop() -> str:
+    """Do nothing, as a coroutine (an async tool runs as a task, not in a thread)."""
     return "ok"
 
 
@@ -35,6 +41,7 @@ def spin_ms(ms: float) -> int:
 
 
 bench_noop = tool(read_only=True, name="bench_noop")(noop)
+bench_anoop = tool(read_only=True, name="bench_anoop")(anoop)
 bench_sleep = tool(read_only=True, name="bench_sleep")(sleep_ms)
 bench_spin = tool(read_only=True, name="bench_spin")(spin_ms)
 
@@ -67,4 +74,13 @@ def bench_crash() -> str:
     os._exit(3)
 
 
-TOOLS = [bench_noop, bench_sleep, bench_spin, bench_nap, bench_stubborn, bench_block, bench_crash]
+TOOLS = [
+    bench_noop,
+    bench_anoop,
+    bench_sleep,
+    bench_spin,
+    bench_nap,
+    bench_stubborn,
+    bench_block,
+    bench_crash,
+]

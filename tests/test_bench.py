@@ -5,6 +5,7 @@ are shared and noisy): the figures are read in the report, never checked by test
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,7 +19,18 @@ import pytest
 # module's tests share that one run, whose own bound is the subprocess's timeout.
 pytestmark = pytest.mark.timeout(660)
 
-SCENARIOS = ("overhead", "throughput", "mixed", "interrupts", "recovery", "peers", "soak", "flood")
+SCENARIOS = (
+    "overhead",
+    "cpu",
+    "throughput",
+    "mixed",
+    "session",
+    "interrupts",
+    "recovery",
+    "peers",
+    "soak",
+    "flood",
+)
 KINDS = {"no-op", "sleep 20 ms", "cpu 20 ms", "read", "grep"}
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -124,11 +136,29 @@ def test_quick_bench_reports_targets_tables_and_plots(quick_run: tuple[Path, Pat
         "## Memory at idle",
         "## Soak",
         "## Flood",
+        "## CPU per call",
+        "## Daemon profile",
+        "## Session",
     ):
         assert heading in report
     section = report.split("## Targets", 1)[1].split("\n## ", 1)[0]
     targets = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
-    for words in ("3× the raw two-hop", "ProcessPoolExecutor", "Ray", "raw rg", "grace + 20"):
+    for words in (
+        "p50 ≤ 2× the raw two-hop",
+        "p99 ≤ 3× the raw two-hop",
+        "ProcessPoolExecutor",
+        "cpu 20 ms calls/s",
+        "sleep 20 ms calls/s",
+        "Ray",
+        "raw rg",
+        "grace + 20",
+        "daemon CPU ≤ 150 µs",
+        "daemon CPU ≤ 50 µs",
+        "client CPU ≤ 60 µs",
+        "in-process one-call turn",
+        "the in-process applier",
+        "end trees",
+    ):
         assert any(words in line for line in targets), words
     # every target is judged met or missed, but Ray where it is not installed and the
     # soak's slope, which a quick run is too short for
@@ -211,3 +241,58 @@ def test_quick_flood_lets_the_stalled_client_go_and_serves_the_other(
         # L6: the open over the limit is refused, naming the limit
         assert limit["opened"] < limit["attempts"]
         assert "max_sessions_per_client" in limit["refused"]
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.spec("D6")
+def test_quick_cpu_reports_each_process_per_call(quick_run: tuple[Path, Path, str]) -> None:
+    out, _, _ = quick_run
+    cpu: dict[str, Any] = json.loads((out / "raw.json").read_text())["cpu"]
+    for load, size in (("one_call", 1), ("batch", 32)):
+        measured = cpu[load]
+        assert measured["size"] == size
+        assert len(measured["runs"]) == cpu["repeats"]
+        median = measured["median"]
+        assert median["calls"] == measured["turns"] * size
+        for who, parts in (("daemon", ("total", "main", "zmq")), ("client", ("total", "main"))):
+            assert all(_positive(median[who][part]) for part in parts), (who, median[who])
+            assert median[who]["total"] >= median[who]["main"]
+        assert _positive(median["workers"]["total"])
+        assert median["workers"]["count"] == 2
+        # the workers were not recycled mid-measurement
+        assert all(r["workers"]["ended"] == r["workers"]["started"] == 0 for r in measured["runs"])
+        assert _positive(median["wall"])
+    for tool in ("bench_noop", "bench_anoop"):
+        inproc = cpu["in_process"][tool]
+        assert inproc["calls"] == inproc["wall_us"]["n"] > 0
+        assert _positive(inproc["wall_us"]["p50"]) and _positive(inproc["cpu_us"]["total"])
+    profile = cpu["profile"]
+    if "error" not in profile:  # py-spy may be missing, or ptrace refused
+        assert profile["samples"] > 0 and profile["loads"] > 0
+        assert profile["self"] and profile["inclusive"]
+        assert all(0 < row["percent"] <= 100 for row in profile["self"] + profile["inclusive"])
+
+
+@pytest.mark.spec("D6")
+def test_quick_session_leaves_the_same_tree_as_the_applier(
+    quick_run: tuple[Path, Path, str],
+) -> None:
+    out, _, _ = quick_run
+    session: dict[str, Any] = json.loads((out / "raw.json").read_text())["session"]
+    assert session["calls"] == sum(session["calls_by_phase"].values())
+    assert session["calls"] == sum(session["calls_by_tool"].values())
+    assert {"read", "grep", "glob", "ls", "edit", "write"} == set(session["calls_by_tool"])
+    assert session["errors"] == []  # every call of the session succeeded through toolpool
+    # the edits and writes were made, the same way by both
+    for run in session["runs"]:
+        assert run["trees_match"], run["differences"]
+        assert run["paths_changed"] > 0
+    assert session["trees_match"]
+    for who in ("toolpool", "applier"):
+        assert all(_positive(v) for v in session["per_call_us"][who].values())
+        assert _positive(session["cpu_us"][who]["client"]["total"])
+    assert _positive(session["cpu_us"]["toolpool"]["daemon"]["total"])
+    assert _positive(session["ratio"])
