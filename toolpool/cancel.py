@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from enum import StrEnum
 
@@ -31,13 +30,15 @@ class Cancelled(BaseException):
 class CancelToken:
     """Set once, read from any thread, awaited from the event loop.
 
-    The first ``cancel`` wins: its source is the one reported.
+    The first ``cancel`` wins: its source is the one reported. Reading the source from
+    another thread needs no lock (one attribute, set once), and a turn makes a token
+    per call, so it holds no ``threading.Event`` (whose Condition and lock cost more
+    than the rest of the token).
     """
 
-    __slots__ = ("_callbacks", "_event", "_flag", "_source")
+    __slots__ = ("_callbacks", "_event", "_source")
 
     def __init__(self) -> None:
-        self._flag = threading.Event()
         self._event: asyncio.Event | None = None
         self._source: CancelSource | None = None
         self._callbacks: list[Callable[[CancelSource], None]] = []
@@ -47,7 +48,6 @@ class CancelToken:
         if self._source is not None:
             return
         self._source = source
-        self._flag.set()
         if self._event is not None:
             self._event.set()
         callbacks, self._callbacks = self._callbacks, []
@@ -71,7 +71,7 @@ class CancelToken:
 
     @property
     def requested(self) -> bool:
-        return self._flag.is_set()
+        return self._source is not None
 
     @property
     def source(self) -> CancelSource | None:

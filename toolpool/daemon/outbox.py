@@ -61,9 +61,11 @@ class Outbox:
         """Send ``frame`` now when the window has room and nothing waits, else spill it."""
         if self._closed:
             return
-        if not self._lengths and self._fits(len(frame)):
-            self._out(frame)
-            return
+        if not self._lengths:  # the usual case, inline: it runs for every frame
+            in_flight = self.sent - self.acked
+            if in_flight == 0 or in_flight + len(frame) <= self.window:
+                self._out(frame)
+                return
         if self._fd is None:
             self._fd = os.open(
                 self._spill_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
@@ -111,7 +113,9 @@ class Outbox:
 
     def _out(self, frame: bytes) -> None:
         self.sent += len(frame)
-        self.peak = max(self.peak, self.in_flight)
+        in_flight = self.sent - self.acked
+        if in_flight > self.peak:
+            self.peak = in_flight
         self._send(frame)
 
     def statistics(self) -> dict[str, int | float | bool]:

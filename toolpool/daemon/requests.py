@@ -260,24 +260,26 @@ class Requests:
         entry = self._entry(client, message.session_id)
         calls = self._calls(message.calls, message.format)
         ids = [c.id for c in calls]
-        turn_id = uuid.uuid4().hex[:12]
+        turn_id = os.urandom(6).hex()
         address = client.address
 
         def emit(event: Event) -> None:
             if address in self.clients:
                 self.send_event(address, turn_id, event_to_wire(event))
             if isinstance(event, ToolEnd):
-                _log_call_end(entry.session.id, turn_id, event)
+                if log.isEnabledFor(logging.INFO):  # its fields cost more than the check
+                    _log_call_end(entry.session.id, turn_id, event)
             elif isinstance(event, TurnEnd):
                 entry.turns.pop(turn_id, None)
                 for result in event.results:
                     entry.turn_of_call.pop(result.call_id, None)
-                log.info(
-                    "turn ended: %d results, %d errors",
-                    len(event.results),
-                    sum(r.is_error for r in event.results),
-                    extra={"session": entry.session.id, "turn": turn_id},
-                )
+                if log.isEnabledFor(logging.INFO):
+                    log.info(
+                        "turn ended: %d results, %d errors",
+                        len(event.results),
+                        sum(r.is_error for r in event.results),
+                        extra={"session": entry.session.id, "turn": turn_id},
+                    )
 
         self.send(address, Accepted(message.request_id, turn_id, ids))
         turn = self.coordinator.submit(

@@ -207,8 +207,11 @@ class Server(Requests):
             self._send_frame(address, frame)
             return
         try:
-            for part in chunked(frame, next(self._streams)):
-                client.outbox.push(part)
+            if len(frame) <= CHUNK_BYTES:
+                client.outbox.push(frame)
+            else:
+                for part in chunked(frame, next(self._streams)):
+                    client.outbox.push(part)
         except OSError as exc:  # the spill file cannot take it (disk full…): no silent loss
             log.error("cannot keep what waits for client %s: %s", client.name, exc)
             self._disconnect(client, f"the daemon could not keep what waits for it ({exc})")
@@ -216,11 +219,15 @@ class Server(Requests):
         client.hold.set(client.outbox.held)
 
     def send_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
-        """Queue a turn's event; the loop's turn ends with one frame per client."""
+        """Queue a turn's event. The events go out in one frame per client and turn
+        once the callbacks that were waiting on the loop, and those they schedule, have
+        run: so a call's ``tool_end`` and the ``turn_end`` it brings (its turn's task
+        wakes in the next callback) share one frame, not two sends and two reads."""
         self._pending.setdefault(address, []).append((turn_id, event))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._flush)
 
     def _flush(self, only: Address | None = None) -> None:
         if only is None:

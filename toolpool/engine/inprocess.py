@@ -9,7 +9,9 @@ limit.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -77,19 +79,32 @@ class InProcessExecutor:
         if ctx.limits is None:
             changes["limits"] = _limits(request.limits)
         if not spec.is_async:
-            loop = asyncio.get_running_loop()
-            changes["progress"] = _ThreadSafeProgress(ctx.progress, loop)
+            changes["progress"] = _ThreadSafeProgress(ctx.progress, asyncio.get_running_loop())
         if changes:
             ctx = dataclasses.replace(ctx, **changes)  # one copy for both
+        loop = asyncio.get_running_loop()
+        work: asyncio.Future[Any]
         if spec.is_async:
-            work: asyncio.Future[Any] = asyncio.ensure_future(spec.execute_fn(call.arguments, ctx))
-        else:
-            work = asyncio.ensure_future(asyncio.to_thread(spec.execute_fn, call.arguments, ctx))
-        cancelled = asyncio.ensure_future(token.wait())
+            work = asyncio.ensure_future(spec.execute_fn(call.arguments, ctx))
+        else:  # as asyncio.to_thread does: in the default executor, in a copy of our context
+            run = functools.partial(
+                contextvars.copy_context().run, spec.execute_fn, call.arguments, ctx
+            )
+            work = loop.run_in_executor(None, run)
+        # One future woken by the work's end or the cancel: no task per call for either.
+        wake: asyncio.Future[None] = loop.create_future()
+
+        def fire(*_: object) -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        work.add_done_callback(fire)
+        untrack = token.on_cancel(fire)
         try:
-            await asyncio.wait({work, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+            await wake
         finally:
-            cancelled.cancel()
+            untrack()
+            work.remove_done_callback(fire)
         if not work.done():
             if spec.is_async:
                 work.cancel()

@@ -73,6 +73,7 @@ class InFlight:
     progress: _Progress
     gate: Gate | None
     share: OutputShare | None = None  # of the turn's output budget (L4); None: no cut
+    check: ArgumentCheck | None = None  # P5, when the scheduler made it already
 
 
 class Pipeline:
@@ -114,12 +115,14 @@ class Pipeline:
         *,
         gate: Gate | None = None,
         share: OutputShare | None = None,
+        check: ArgumentCheck | None = None,
     ) -> ToolResult | InFlight:
         """P1-P3, synchronously: the call's result when a guard ended it, otherwise the
         call in flight, its ``tool_start`` emitted, for ``complete``.
 
         The scheduler calls this at the moment it starts a call, so that tool_start
-        events are in turn order whatever happens next (S2).
+        events are in turn order whatever happens next (S2); ``check`` is the call's
+        P5 check when it was made already (the turn made it to plan the call).
         """
         if token.requested:  # P1
             result = cancelled_result(call, token.source)
@@ -138,7 +141,7 @@ class Pipeline:
         activity = spec.activity(call.arguments) if spec else None
         emit(ToolStart(call.id, call.name, call.arguments, label, activity))  # P3
         progress = _Progress(call, emit)
-        return InFlight(call, spec, session, emit, token, progress, gate or self.gate, share)
+        return InFlight(call, spec, session, emit, token, progress, gate or self.gate, share, check)
 
     async def complete(self, flight: InFlight) -> ToolResult:
         """P4-P11 for a call that ``begin`` let through."""
@@ -214,10 +217,10 @@ class Pipeline:
 
         if call.arguments_error is not None:  # P5: nothing to coerce or validate
             return _invalid_arguments(call, ArgumentCheck({}, (call.arguments_error,)))
-        check = spec.checker.check(call.arguments)  # P5
+        check = flight.check or spec.checker.check(call.arguments)  # P5
         if not check.ok:
             return _invalid_arguments(call, check)
-        call = dataclasses.replace(call, arguments=check.arguments)
+        call = ToolCall(call.id, call.name, check.arguments)  # (no arguments_error here)
         ctx = session.context(call, token, flight.progress)
 
         try:  # P6

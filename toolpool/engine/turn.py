@@ -8,15 +8,15 @@ the results into tool messages (M1, M2) and ends with one ``turn_end`` event.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import uuid
+import os
 from collections import deque
 from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from toolpool.arguments import ArgumentCheck
 from toolpool.cancel import CancelSource, CancelToken
 from toolpool.engine.budget import turn_share
 from toolpool.engine.gate import Gate
@@ -47,10 +47,12 @@ class TurnState(Enum):
 
 @dataclass(frozen=True, slots=True)
 class CallPlan:
-    """How the scheduler treats one call, decided once when the turn starts."""
+    """How the scheduler treats one call, decided once when the turn starts; and the
+    call's P5 check, made for that and handed to the pipeline (not made twice)."""
 
     safe: bool
     cancel_on_interrupt: bool
+    check: ArgumentCheck | None = None
 
 
 def _guarded(emit: EventSink) -> EventSink:
@@ -102,7 +104,7 @@ class Turn:
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
             raise ValueError("call ids within a turn must be unique")
-        self.id = turn_id or uuid.uuid4().hex[:12]
+        self.id = turn_id or os.urandom(6).hex()
         self.calls = list(calls)
         self.open = open
         self._closed = not open
@@ -122,6 +124,7 @@ class Turn:
         self._tokens = [CancelToken() for _ in self.calls]
         self._results: list[ToolResult | None] = [None] * len(self.calls)
         self._task: asyncio.Task[tuple[ToolResult, ...]] | None = None
+        self._plans: list[CallPlan] = []  # made when the turn starts
 
     # -- control -------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class Turn:
             self._results.append(None)
             if self._scheduler is not None:
                 plan = self._plan(call)
+                self._plans.append(plan)
                 self._scheduler.add(plan.safe, plan.cancel_on_interrupt)
         self._wake.set()
 
@@ -226,16 +230,23 @@ class Turn:
             # An unknown tool ends at P4 without running anything: nothing to protect.
             return CallPlan(safe=True, cancel_on_interrupt=True)
         # Capabilities judge the arguments as the tool will see them (coerced, P5).
-        args, _ = spec.checker.coerce(call.arguments)
+        given: Any = call.arguments  # a JSON object, unless a client sent something else
+        if not isinstance(given, dict):
+            args, _ = spec.checker.coerce(given)
+            check = None
+        else:
+            check = spec.checker.check(call.arguments)
+            args = check.arguments
         return CallPlan(
             safe=spec.concurrency_safe(args),
             cancel_on_interrupt=spec.interrupt_behavior(args) is InterruptBehavior.CANCEL,
+            check=check,
         )
 
     async def _run(self) -> tuple[ToolResult, ...]:
         async with self.session.turn_lock:  # a session's turns run one after another
             self.state = TurnState.RUNNING
-            plans = [self._plan(c) for c in self.calls]
+            plans = self._plans = [self._plan(c) for c in self.calls]
             self._scheduler = TurnScheduler(
                 [p.safe for p in plans], [p.cancel_on_interrupt for p in plans], self._max
             )
@@ -259,28 +270,35 @@ class Turn:
     async def _run_calls(self, scheduler: TurnScheduler) -> bool:
         """Run every call to its end; True when our own task was cancelled meanwhile.
 
-        Each call's task reports its end through a done-callback that wakes this loop
+        Each call's task reports its end itself, as its last step, and wakes this loop
         (``_wake``, which ``add`` and ``close`` set too): one wake-up per event, not an
         ``asyncio.wait`` over every running task each time one of them ends.
         """
         running = 0
-        ended: deque[tuple[int, asyncio.Task[ToolResult]]] = deque()
+        tasks: set[asyncio.Future[None]] = set()  # referenced while they run
+        ended: deque[tuple[int, ToolResult | BaseException]] = deque()
 
-        def on_end(index: int, task: asyncio.Task[ToolResult]) -> None:
-            ended.append((index, task))
+        async def call(index: int, work: Coroutine[Any, Any, ToolResult]) -> None:
+            try:
+                ended.append((index, await work))
+            except BaseException as exc:  # the pipeline's bug, or the loop's shutdown
+                ended.append((index, exc))  # raised in the turn, as the call's outcome
             self._wake.set()
 
         cancelled_from_outside = False
         unwatch = self._hold.watch(self._wake) if self._hold is not None else None
         while True:
             for i, work in self._start_ready(scheduler):
-                task = asyncio.ensure_future(work)
-                task.add_done_callback(functools.partial(on_end, i))
+                task = asyncio.ensure_future(call(i, work))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
                 running += 1
             if ended:  # places freed: more calls may start now
                 while ended:
-                    i, task = ended.popleft()
-                    self._results[i] = task.result()
+                    i, outcome = ended.popleft()
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    self._results[i] = outcome
                     scheduler.finish(i)
                     running -= 1
                 continue
@@ -317,6 +335,7 @@ class Turn:
                     self._tokens[i],
                     gate=self._gate,
                     share=self.share,
+                    check=self._plans[i].check,
                 )
                 if isinstance(begun, ToolResult):
                     self._results[i] = begun

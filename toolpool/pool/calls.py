@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import os
 import signal
-from typing import Any
 
 from toolpool.cancel import CancelToken
 from toolpool.pool.planner import CallEnd
@@ -30,42 +29,34 @@ async def await_call(
     """The call's outcome, and whether the worker had to be told to stop it."""
     # One future, woken by whichever comes first: the result, the worker's end,
     # a cancel, or the wall time (callbacks, not a task per call: many may wait).
-    loop = asyncio.get_running_loop()
-    wake: asyncio.Future[None] = loop.create_future()
-
-    def fire(*_: object) -> None:
-        if not wake.done():
-            wake.set_result(None)
-
-    flight.result.add_done_callback(fire)
+    fire = flight.fire
     worker.exited.add_done_callback(fire)
-    untrack = token.on_cancel(fire)
-    timer = loop.call_later(limits.wall_seconds, fire)
     try:
-        await wake
+        untrack = token.on_cancel(fire)
+        timer = asyncio.get_running_loop().call_later(limits.wall_seconds, fire)
+        try:
+            await flight.wake
+        finally:
+            timer.cancel()
+            untrack()
+        if flight.result is not None:
+            return answered(worker, flight.result), False
+        if worker.exited.done():
+            return lost(worker, limits), False
+        # Cancelled, or past its wall time: SIGTERM is the cancel signal, which the
+        # worker turns into a cancel of the tool (D4); it has ``cancel_grace`` seconds
+        # to answer (its result or its end wakes the flight again) before it is ended.
+        past_wall_time = not token.requested
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGTERM)
+        flight.rearm()
+        if flight.result is None and not worker.exited.done():
+            await asyncio.wait({flight.wake}, timeout=cancel_grace)
     finally:
-        timer.cancel()
-        untrack()
-        flight.result.remove_done_callback(fire)
         worker.exited.remove_done_callback(fire)
-    if flight.result.done():
-        return answered(worker, flight.result.result()), False
-    if worker.exited.done():
-        return lost(worker, limits), False
-    # Cancelled, or past its wall time: SIGTERM is the cancel signal, which the
-    # worker turns into a cancel of the tool (D4); it has ``cancel_grace`` seconds
-    # to answer before it is ended.
-    past_wall_time = not token.requested
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(worker.pid, signal.SIGTERM)
-    answer: set[asyncio.Future[Any]] = {flight.result, worker.exited}
-    await asyncio.wait(
-        answer,
-        timeout=cancel_grace,
-        return_when=asyncio.FIRST_COMPLETED,
-    )
-    if flight.result.done():
-        outcome = answered(worker, flight.result.result(), Escalation.ANSWERED)
+    late = flight.answered()  # a method: what the worker sent meanwhile
+    if late is not None:
+        outcome = answered(worker, late, Escalation.ANSWERED)
     elif worker.exited.done():
         return lost(worker, limits), True
     else:

@@ -265,8 +265,7 @@ class Supervisor:
             case Progress() if flight is not None and flight.call_id == message.call_id:
                 flight.on_progress(message.data)
             case Result() if flight is not None and flight.call_id == message.call_id:
-                if not flight.result.done():
-                    flight.result.set_result(message)
+                flight.answer(message)
             case _:
                 log.debug("ignored %s from %s", message.type.value, worker.id)
 

@@ -77,13 +77,33 @@ class WorkerExit:
         return f"it exited with status {self.exit_code}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Flight:
-    """A call on a worker."""
+    """A call on a worker. ``wake`` is the one future its waiter sleeps on, woken by
+    whichever comes first: its result, its worker's end, a cancel or its wall time."""
 
     call_id: str
     on_progress: Callable[[Any], None]
-    result: asyncio.Future[Result]
+    wake: asyncio.Future[None]
+    result: Result | None = None
+
+    def answer(self, result: Result) -> None:
+        """The worker's Result (the first one counts)."""
+        if self.result is None:
+            self.result = result
+            self.fire()
+
+    def answered(self) -> Result | None:
+        return self.result
+
+    def fire(self, *_: object) -> None:
+        if not self.wake.done():
+            self.wake.set_result(None)
+
+    def rearm(self) -> None:
+        """A fresh ``wake`` for a second wait (the cancel's grace)."""
+        if self.wake.done():
+            self.wake = self.wake.get_loop().create_future()
 
 
 @dataclass(eq=False)
