@@ -334,16 +334,23 @@ class CallAccounting:
 
     @staticmethod
     def _key(fd: int | None, key: bytes) -> int:
+        """The value of ``key`` in a flat keyed file ("name value" lines); 0 without.
+
+        A search for the line, not a split of every line: the worker reads two such
+        files after every call, and splitting cost more than the read (~3 µs of 5)."""
         if fd is None:
             return 0
         try:
-            for line in os.pread(fd, 4096, 0).splitlines():
-                name, _, value = line.partition(b" ")
-                if name == key:
-                    return int(value)
+            data = b"\n" + os.pread(fd, 4096, 0)
+            needle = b"\n" + key + b" "
+            at = data.find(needle)
+            if at < 0:
+                return 0
+            start = at + len(needle)
+            end = data.find(b"\n", start)
+            return int(data[start:end] if end >= 0 else data[start:])
         except (OSError, ValueError):
-            pass
-        return 0
+            return 0
 
     def cpu_seconds(self) -> float | None:
         """CPU time every process of the group used so far; None when not counted."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import resource
 import signal
 from collections.abc import Mapping
@@ -111,26 +112,38 @@ class CallLimits:
     def __init__(self, *, limit_address_space: bool) -> None:
         self.limit_address_space = limit_address_space
         self._fsize: int | None = None
+        self._statm: int | None = None  # /proc/self/statm, open while RLIMIT_AS is used
 
-    def apply(self, limits: Limits) -> None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        used = usage.ru_utime + usage.ru_stime
+    def apply(self, limits: Limits, cpu_used: float | None = None) -> None:
+        """Move the soft limits for a call; ``cpu_used`` is the process's CPU time so
+        far (user + system), when the caller has just read its rusage."""
+        if cpu_used is None:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            cpu_used = usage.ru_utime + usage.ru_stime
         allowance = max(1, math.ceil(limits.cpu_seconds))
         soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
-        remaining = math.inf if soft == resource.RLIM_INFINITY else soft - used
+        remaining = math.inf if soft == resource.RLIM_INFINITY else soft - cpu_used
         if not allowance <= remaining <= allowance + 1:
-            _set(resource.RLIMIT_CPU, math.ceil(used) + allowance)
+            _set(resource.RLIMIT_CPU, math.ceil(cpu_used) + allowance)
         if limits.file_size_bytes != self._fsize:
             _set(resource.RLIMIT_FSIZE, limits.file_size_bytes)
             self._fsize = limits.file_size_bytes
         if self.limit_address_space:
-            _set(resource.RLIMIT_AS, _address_space() + limits.memory_bytes)
+            _set(resource.RLIMIT_AS, self._address_space() + limits.memory_bytes)
+
+    def _address_space(self) -> int:
+        """The process's current virtual size in bytes (VmSize): the first field of
+        /proc/self/statm, in pages. statm is a fraction of the cost of status (which
+        the kernel writes out whole for every read), and it stays open: a pread from
+        offset 0 is a fresh answer."""
+        if self._statm is None:
+            self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(self._statm, 64, 0).split()[0]) * _PAGE_SIZE
+
+    def close(self) -> None:
+        if self._statm is not None:
+            os.close(self._statm)
+            self._statm = None
 
 
-def _address_space() -> int:
-    """The process's current virtual size in bytes (VmSize)."""
-    with open("/proc/self/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib
 import io
 import os
 import resource
@@ -49,6 +50,14 @@ from toolpool.worker.watch import CallWatch, stopped_by_limit
 
 # How long what a call left running gets between SIGTERM and SIGKILL.
 SWEEP_GRACE = 0.5
+
+# signal.getsignal without its conversion to the Handlers enum, which for a Python
+# handler raises and catches a ValueError whose message holds the handler's repr:
+# 5 µs a call, for each signal, against 0.1 µs. _signal is the C module that signal
+# wraps (it has no stub); where it lacks getsignal, the wrapper does the job slower.
+_getsignal: Callable[[int], object] = getattr(
+    importlib.import_module("_signal"), "getsignal", signal.getsignal
+)
 
 
 class LimitExceeded(BaseException):
@@ -106,32 +115,47 @@ class Runner:
         self.channel = channel
         self.limits = CallLimits(limit_address_space=limit_address_space)
         self._parsed: tuple[dict[str, Any], Limits] | None = None  # the last limits seen
+        self._places: tuple[CallContext, _Places] | None = None  # the last context's paths
         self._running: _Running | None = None
         self._call_limits = Limits()
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._memory = _PeakMemory()
+        # A result's size, as the wire will carry it. One packer, reused: msgpack.packb
+        # makes a packer and its buffer per call (4 µs for a small result, 2 reused).
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self._watch = CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
+        # Bound once: the handlers installed are these objects, so a look at the
+        # installed ones is an identity test.
+        self._cancel_handler = self._on_cancel
+        self._cpu_handler = self._on_cpu_limit
 
     def close(self) -> None:
         self._loop.close()
         self._memory.close()
         self._watch.close()
+        self.limits.close()
 
     # -- signals -------------------------------------------------------------------
 
     def _arm(self) -> None:
         # Checked before every call: a tool may have replaced them in the last one.
-        if signal.getsignal(signal.SIGTERM) != self._on_cancel:
-            signal.signal(signal.SIGTERM, self._on_cancel)
-        if signal.getsignal(signal.SIGXCPU) != self._on_cpu_limit:
-            signal.signal(signal.SIGXCPU, self._on_cpu_limit)
+        if _getsignal(signal.SIGTERM) is not self._cancel_handler:
+            signal.signal(signal.SIGTERM, self._cancel_handler)
+        if _getsignal(signal.SIGXCPU) is not self._cpu_handler:
+            signal.signal(signal.SIGXCPU, self._cpu_handler)
 
     def _limits(self, raw: dict[str, Any]) -> Limits:
         """Parsed limits; calls of a session mostly carry the same ones."""
         if self._parsed is None or self._parsed[0] != raw:
             self._parsed = (raw, Limits.from_dict(raw))
         return self._parsed[1]
+
+    def _places_of(self, context: CallContext) -> _Places:
+        """The context's paths as ``Path``s; calls of a session carry the same ones."""
+        if self._places is None or self._places[0] != context:
+            self._places = (context, _Places.of(context))
+        return self._places[1]
 
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
         running = self._running
@@ -162,10 +186,13 @@ class Runner:
             token,
             lambda data: self.channel.send(Progress(call.id, data)),
             limits,
+            self._places_of(message.context),
         )
         started = time.monotonic()
-        cpu_before = _cpu_seconds()
         self._memory.reset()
+        me = resource.getrusage(resource.RUSAGE_SELF)  # after the reset: see _PeakMemory
+        cpu_before = _cpu_seconds(me)
+        self._memory.started(me)
         printed = _PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
         status = CallStatus.OK
@@ -174,7 +201,7 @@ class Runner:
         try:
             if spec is None:
                 raise LookupError(f'tool "{call.name}" is not loaded in this worker')
-            self.limits.apply(limits)
+            self.limits.apply(limits, me.ru_utime + me.ru_stime)
             self._arm()
             self._watch.begin(limits)
             sys.stdout = sys.stderr = printed
@@ -222,21 +249,26 @@ class Runner:
             stopped = self._watch.end()
             sys.stdout, sys.stderr = stdout, stderr
             swept = self._sweep()
+            if swept or stopped is not None:
+                # The counters moved, or processes of the call ended after they were
+                # read: the next call reads them anew (CallWatch).
+                self._watch.rebase()
         if stopped is not None and result.error_code is not ErrorCode.LIMIT_EXCEEDED:
             result = stopped_by_limit(call, result, limits, *stopped)
         if status is CallStatus.OK and result.is_error:
             status = CallStatus.ERROR
+        me = resource.getrusage(resource.RUSAGE_SELF)
         usage: dict[str, Any] = {
             "wall_seconds": round(time.monotonic() - started, 6),
-            "cpu_seconds": round(_cpu_seconds() - cpu_before, 6),
-            "peak_rss_bytes": self._memory.read(),
+            "cpu_seconds": round(_cpu_seconds(me) - cpu_before, 6),
+            "peak_rss_bytes": self._memory.read(me),
         }
         # What the limit watcher killed and what the sweep ended: both were the call's.
         ended = swept + (stopped[1] if stopped is not None else 0)
         if ended:
             usage["ended_processes"] = ended
         payload = result.to_dict()
-        size = len(msgpack.packb(payload, use_bin_type=True))
+        size = len(self._packer.pack(payload))
         if size > limits.output_bytes:
             status = CallStatus.ERROR
             payload = ToolResult.error(
@@ -262,6 +294,21 @@ class Runner:
         return len(report.pids)
 
 
+@dataclass(frozen=True, slots=True)
+class _Places:
+    """A ``CallContext``'s paths as the ``ToolContext`` holds them (``Path``s are
+    immutable: calls of one session share them)."""
+
+    workspace: Path
+    extra_roots: tuple[Path, ...]
+    scratch_dir: Path | None
+
+    @classmethod
+    def of(cls, context: CallContext) -> _Places:
+        scratch = None if context.scratch_dir is None else Path(context.scratch_dir)
+        return cls(Path(context.workspace), tuple(Path(p) for p in context.extra_roots), scratch)
+
+
 def tool_context(
     context: CallContext,
     call: ToolCall,
@@ -269,41 +316,62 @@ def tool_context(
     token: CancelToken,
     progress: Callable[[Any], None],
     limits: Limits,
+    places: _Places | None = None,
 ) -> ToolContext:
     """The ``ToolContext`` a call's tool sees in the worker, from the ``CallContext``
-    the pool sent (``PoolExecutor`` builds it from the engine's)."""
+    the pool sent (``PoolExecutor`` builds it from the engine's); ``places`` are its
+    paths when the caller has them already."""
+    if places is None:
+        places = _Places.of(context)
     return ToolContext(
         call_id=call.id,
         tool_name=call.name,
         session_id=context.session_id,
-        workspace=Path(context.workspace),
+        workspace=places.workspace,
         files=files,
-        extra_roots=tuple(Path(p) for p in context.extra_roots),
+        extra_roots=places.extra_roots,
         allow_network=context.allow_network,
-        scratch_dir=None if context.scratch_dir is None else Path(context.scratch_dir),
+        scratch_dir=places.scratch_dir,
         cancel_token=token,
         progress=progress,
         limits=limits,
     )
 
 
-def _cpu_seconds() -> float:
-    me = resource.getrusage(resource.RUSAGE_SELF)
+def _cpu_seconds(me: resource.struct_rusage) -> float:
+    """CPU time of the worker (``me``, its own rusage) and of its reaped children."""
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 class _PeakMemory:
-    """The process's peak resident memory per call: VmHWM, reset before each call
-    (clear_refs 5). The /proc files stay open: reading them again from offset 0 is
-    a fresh answer, without an open and a close per call."""
+    """The process's peak resident memory per call: VmHWM, the mm's high-water mark,
+    reset before each call (clear_refs 5).
+
+    VmHWM is the larger of that mark and the resident size now, and
+    /proc/self/status, its only source, costs ~13 µs to produce; statm (the resident
+    size) ~2 µs. The rusage the runner reads anyway has ``ru_maxrss``: the larger of
+    the same mark (its resident part from the kernel's per-CPU estimate, not the
+    exact sum) and the peak of the threads that have exited, which the reset leaves
+    alone. So ``max(ru_maxrss, resident)`` at the call's end is VmHWM whenever that
+    older peak is no higher than VmHWM — which holds when the resident size at the
+    end is at least ``ru_maxrss`` just after the reset (that older peak is below
+    the latter; VmHWM is above the former). Where the check fails (the worker
+    shrank, or a thread exited at a higher peak than the worker has now), the call
+    reads VmHWM from status, as every call once did. The /proc files stay open:
+    reading one again from offset 0 is a fresh answer, without an open and a close
+    per call.
+    """
 
     def __init__(self) -> None:
         self._status = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        self._page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
         try:
             self._clear: int | None = os.open("/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             self._clear = None
+        self._floor_kib: int | None = None  # ru_maxrss after the reset
 
     def reset(self) -> None:
         if self._clear is not None:
@@ -312,12 +380,23 @@ class _PeakMemory:
             except OSError:
                 self._clear = None
 
-    def read(self) -> int:
+    def started(self, usage: resource.struct_rusage) -> None:
+        """The call starts; ``usage`` is the worker's rusage, read after ``reset``."""
+        # Without a reset VmHWM is the worker's whole life: status it is.
+        self._floor_kib = usage.ru_maxrss if self._clear is not None else None
+
+    def read(self, usage: resource.struct_rusage) -> int:
+        """The call's peak in bytes; ``usage`` is the worker's rusage at its end."""
+        if self._floor_kib is not None:
+            resident_kib = int(os.pread(self._statm, 64, 0).split()[1]) * self._page_kib
+            if resident_kib >= self._floor_kib:
+                return max(usage.ru_maxrss, resident_kib) * 1024
         status = os.pread(self._status, 4096, 0)
         at = status.find(b"VmHWM:")
         return int(status[at + 6 : status.index(b"kB", at)]) * 1024 if at >= 0 else 0
 
     def close(self) -> None:
         os.close(self._status)
+        os.close(self._statm)
         if self._clear is not None:
             os.close(self._clear)
