@@ -105,6 +105,24 @@ async def test_D2_calls_run_in_worker_processes_not_the_coordinator(
     assert usage["peak_rss_bytes"] > 1_000_000
 
 
+@pytest.mark.spec("D2")
+async def test_D2_two_pools_in_one_process_keep_their_workers_apart(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    # Given two pools of one process, each with its worker (and the worker's cgroups)
+    first, second = await make_pool(max_workers=1), await make_pool(max_workers=1)
+    coordinator = coordinator_on(second)
+    assert not (await call(coordinator, workspace, "noop")).is_error
+    (pid,) = second.worker_pids().values()
+    # When the first pool closes
+    await first.close()
+    # Then the second pool's worker was not ended with it: it serves the next call
+    result = await call(coordinator, workspace, "noop")
+    assert not result.is_error, result.text
+    assert list(second.worker_pids().values()) == [pid]
+    assert second.statistics().replaced == 0
+
+
 async def test_pool_statistics_and_repr(make_pool: PoolFactory, workspace: Path) -> None:
     pool = await make_pool(min_workers=2)
     assert repr(pool) == "<WorkerPool [2 idle, 0 busy, 0 starting, 0 retiring; 0 queued]>"

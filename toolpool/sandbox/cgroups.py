@@ -19,6 +19,7 @@ limit refused a fork.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -255,12 +256,19 @@ class WorkerCgroup:
                 path.rmdir()
 
 
+# Each tree of a process names its workers' cgroups apart: two pools in one process
+# share the ``toolpool-<pid>`` parent, and must not share a worker's cgroup (closing
+# one pool would kill what runs in the other's).
+_TREES = itertools.count(1)
+
+
 class CgroupTree:
     """The coordinator's ``toolpool-<pid>`` cgroups, parents of every worker's."""
 
     def __init__(self, hierarchies: list[Hierarchy]) -> None:
         self.hierarchies = hierarchies
         self.parent = f"toolpool-{os.getpid()}"
+        self._tag = f"t{next(_TREES)}-"
 
     @classmethod
     def probe(cls) -> CgroupTree | None:
@@ -284,7 +292,7 @@ class CgroupTree:
         return "; ".join(parts)
 
     def create(self, name: str) -> WorkerCgroup:
-        return WorkerCgroup(name, self.hierarchies, self.parent)
+        return WorkerCgroup(self._tag + name, self.hierarchies, self.parent)
 
     def close(self) -> None:
         for h in self.hierarchies:
