@@ -20,10 +20,12 @@ from toolpool import (
     ClientTimeout,
     DaemonUnavailable,
     ErrorCode,
+    MessageStart,
     RequestFailed,
     TextBlock,
     ToolCall,
     ToolEnd,
+    ToolMessage,
     ToolResult,
     ToolStart,
     TurnEnd,
@@ -38,6 +40,7 @@ from toolpool.protocol import (
     ApprovalRequest,
     Bye,
     Error,
+    EventSelection,
     Hello,
     Message,
     Ping,
@@ -152,6 +155,26 @@ def test_a_turns_frames_fed_in_pieces() -> None:
     # the turn is over: what still comes for it is not filed
     connection.receive(events("t1", ToolStart("late", "noop", {}, "Noop")))
     assert len(log.items) == 5
+
+
+def test_a_results_only_turn_asks_for_fewer_events_and_holds_only_those() -> None:
+    connection = connected()
+    opened(connection)
+    submitting = connection.submit("s1", [ToolCall("a", "noop")], None, False, "results")
+    (message,) = sent(connection)
+    assert isinstance(message, Submit) and message.events is EventSelection.RESULTS
+    connection.receive(encode(Accepted(message.request_id, "t1", ["a"])))
+    log = submitting.outcome()
+    # a daemon that sends every event anyway: the turn holds those it asked for
+    a = result("a")
+    connection.receive(events("t1", ToolStart("a", "noop", {}, "Noop"), ToolEnd("a", "noop", a)))
+    assert connection.call_end(log, "a", None).outcome() == a
+    connection.receive(events("t1", MessageStart(ToolMessage.from_result(a)), TurnEnd((a,))))
+    assert connection.turn_end(log, None).outcome() == (a,)
+    assert [type(item) for item in log.items] == [ToolEnd, TurnEnd]
+    # and a turn of every event still holds every event
+    submitted(connection, ["b"])
+    assert connection._selections == {}
 
 
 def test_a_reply_for_an_unknown_session_is_the_daemons_refusal() -> None:
@@ -491,6 +514,30 @@ def test_S5_abort_from_both_drivers(run: Run, daemon: Daemon, workspace: Path) -
     calls = [call("a", "chore", seconds=60), call("b", "nap", seconds=60)]
     _, results = run(daemon, workspace, Scenario(calls, steer=("abort", "b")))
     assert [r.text for r in results] == ["Tool execution cancelled."] * 2
+
+
+@pytest.mark.spec("D5", "L2")
+def test_D5_a_results_only_turn_in_both_drivers(daemon: Daemon, workspace: Path) -> None:
+    calls = [call("a", "noop"), call("b", "chore", seconds=0.1)]
+    with (
+        Client(runtime_dir=daemon.runtime, timeout=20) as client,
+        client.session(workspace) as session,
+    ):
+        every = session.submit(calls).results(timeout=20)
+        turn = session.submit([call("c", "noop")], events="results")
+        assert turn.result("c", timeout=20).text == "ok"
+        items = list(turn)
+    assert [type(i) for i in items] == [ToolEnd, TurnEnd]
+
+    async def results_only() -> tuple[list[TurnItem], tuple[ToolResult, ...]]:
+        client = AsyncClient(runtime_dir=daemon.runtime, timeout=20)
+        async with client, client.session(workspace) as session:
+            turn = await session.submit(calls, events=EventSelection.RESULTS)
+            return [i async for i in turn], await turn.results(timeout=20)
+
+    items, results = asyncio.run(results_only())
+    assert [type(i) for i in items] == [ToolEnd, ToolEnd, TurnEnd]
+    assert [(r.call_id, r.text) for r in results] == [(r.call_id, r.text) for r in every]
 
 
 @pytest.mark.spec("D5")

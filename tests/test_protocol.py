@@ -17,6 +17,7 @@ from toolpool.protocol import (
     CallContext,
     CallStatus,
     Error,
+    EventSelection,
     Execute,
     Exited,
     FailureCode,
@@ -44,6 +45,7 @@ from toolpool.protocol import (
     read_frame,
     write_frame,
 )
+from toolpool.protocol.fields import struct
 
 MESSAGES: list[Message] = [
     Ready("w1", 1234),
@@ -75,6 +77,7 @@ MESSAGES: list[Message] = [
     McpCancel("c1"),
     Hello("r1", client="test"),
     Submit("r2", "s1", [{"id": "a", "name": "read", "arguments": {}}], open=True),
+    Submit("r5", "s1", [], events=EventSelection.RESULTS),
     Accepted("r2", "t1", ["a"]),
     TurnEvent("t1", [{"type": "turn_end", "results": []}]),
     Steer("r3", "s1", SteerAction.INTERRUPT),
@@ -105,6 +108,9 @@ def test_ready_carries_the_protocol_version() -> None:
         (msgpack.packb({"t": "ready", "worker_id": "w", "pid": 1, "extra": 2}), "bad ready"),
         (msgpack.packb({"t": "ready", "worker_id": 7, "pid": 1}), "ready.worker_id is a int"),
         (msgpack.packb({"t": "spawned", "worker_id": "w", "pid": "1"}), "spawned.pid is a str"),
+        # two fields wrong: the first one is named, whichever way it was read
+        (msgpack.packb({"t": "spawned", "worker_id": 7, "pid": "1"}), "spawned.worker_id is"),
+        (msgpack.packb({"t": "ready", "worker_id": "w", "extra": 1}), "bad ready message"),
         (msgpack.packb({1: 2}), "not a msgpack frame"),  # non-string keys refused
         (msgpack.packb({"t": "mcp_result", "call_id": "c", "content": "x"}), "is a str"),
         (msgpack.packb({"t": "mcp_progress", "call_id": "c", "progress": "1"}), "is a str"),
@@ -171,6 +177,12 @@ def test_ready_carries_the_protocol_version() -> None:
         (
             msgpack.packb({"t": "accepted", "request_id": "r", "turn_id": "t", "call_ids": [1]}),
             "is a int",
+        ),
+        (
+            msgpack.packb(
+                {"t": "submit", "request_id": "r", "session_id": "s", "calls": [], "events": "x"}
+            ),
+            r"submit\.events is 'x', not one of 'all', 'results'",
         ),
     ],
 )
@@ -262,3 +274,30 @@ def test_an_unreadable_request_keeps_its_id_for_the_answer() -> None:
     with pytest.raises(ProtocolError) as unnamed:
         decode(msgpack.packb({"t": "ready", "worker_id": 7, "pid": 1}))
     assert unnamed.value.request_id is None
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: m.type.value)
+def test_the_fast_way_and_the_way_by_name_read_the_same(message: Message) -> None:
+    # decode reads a frame with every field there by position; a frame that differs
+    # (a field missing, unknown or wrong) is read by name, which names the fault.
+    body = msgpack.unpackb(encode(message))
+    reader = struct(MESSAGE_CLASSES[body.pop("t")])
+    assert reader._build_by_name(dict(body)) == decode(encode(message))
+
+
+def test_a_field_added_later_is_left_out_at_its_default() -> None:
+    # Submit.events came after v2 peers: a Submit that leaves it at "all" is the very
+    # frame it was before, which such a peer still reads.
+    calls = [{"id": "a", "name": "read", "arguments": {}}]
+    before = {
+        "t": "submit",
+        "request_id": "r",
+        "session_id": "s",
+        "calls": calls,
+        "format": "toolpool",
+        "open": False,
+    }
+    assert encode(Submit("r", "s", calls)) == msgpack.packb(before, use_bin_type=True)
+    asked = msgpack.unpackb(encode(Submit("r", "s", calls, events=EventSelection.RESULTS)))
+    assert asked == {**before, "events": "results"}
+    assert decode(msgpack.packb(before)) == Submit("r", "s", calls)

@@ -29,6 +29,7 @@ from toolpool.protocol import (
     Chunk,
     Error,
     EventReader,
+    EventSelection,
     FailureCode,
     Hello,
     ProtocolError,
@@ -66,7 +67,29 @@ def test_L2_a_result_crosses_once_and_the_reader_rebuilds_every_event() -> None:
     message = decode(frame)
     assert isinstance(message, TurnEvent)
     reader = EventReader()
-    assert [reader.read(e) for e in message.events] == events
+    rebuilt = reader.read_all(message.events)
+    assert rebuilt == events
+    start, end = rebuilt[3], rebuilt[4]
+    assert isinstance(start, MessageStart) and isinstance(end, MessageEnd)
+    assert start.message is end.message  # one message of a result, built once
+
+
+@pytest.mark.spec("L2")
+def test_L2_a_results_only_reader_passes_over_the_other_events() -> None:
+    # Whether the daemon sent only what a results-only turn asked for or every event
+    # (one that predates the selection), the turn holds the same events.
+    a = _result("a", "x")
+    every: list[Event] = [
+        ToolStart("a", "read", {}, "Read"),
+        ToolEnd("a", "read", a),
+        MessageStart(ToolMessage.from_result(a)),
+        MessageEnd(ToolMessage.from_result(a)),
+        TurnEnd((a,)),
+    ]
+    wanted = [every[1], every[4]]
+    for sent in (every, wanted):
+        reader = EventReader(EventSelection.RESULTS)
+        assert reader.read_all([event_to_wire(e) for e in sent]) == wanted
 
 
 @pytest.mark.spec("L2")

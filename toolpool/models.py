@@ -7,7 +7,7 @@ nothing else in toolpool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, TypeAlias
@@ -155,12 +155,12 @@ class ToolResult:
     def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
         code = data.get("error_code")
         return cls(
-            call_id=str(data["call_id"]),
-            tool_name=str(data["tool_name"]),
-            content=tuple(content_block_from_dict(b) for b in data.get("content", ())),
-            is_error=bool(data.get("is_error", False)),
-            error_code=None if code is None else ErrorCode(code),
-            details=dict(data.get("details") or {}),
+            str(data["call_id"]),
+            str(data["tool_name"]),
+            tuple([content_block_from_dict(b) for b in data.get("content", ())]),
+            bool(data.get("is_error", False)),
+            None if code is None else ErrorCode(code),
+            dict(data.get("details") or {}),
         )
 
 
@@ -321,35 +321,47 @@ Event: TypeAlias = ToolStart | ToolUpdate | ToolEnd | MessageStart | MessageEnd 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:
     """Rebuild an event from its dict form; raises ValueError on an unknown type."""
-    try:
-        kind = EventType(data["type"])
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"unknown event type {data.get('type')!r}") from exc
-    match kind:
-        case EventType.TOOL_START:
-            return ToolStart(
-                call_id=str(data["call_id"]),
-                tool_name=str(data["tool_name"]),
-                arguments=dict(data["arguments"]),
-                label=str(data["label"]),
-                activity=data.get("activity"),
-            )
-        case EventType.TOOL_UPDATE:
-            return ToolUpdate(
-                call_id=str(data["call_id"]),
-                tool_name=str(data["tool_name"]),
-                kind=UpdateKind(data["kind"]),
-                data=data.get("data"),
-            )
-        case EventType.TOOL_END:
-            return ToolEnd(
-                call_id=str(data["call_id"]),
-                tool_name=str(data["tool_name"]),
-                result=ToolResult.from_dict(data["result"]),
-            )
-        case EventType.MESSAGE_START:
-            return MessageStart(ToolMessage.from_dict(data["message"]))
-        case EventType.MESSAGE_END:
-            return MessageEnd(ToolMessage.from_dict(data["message"]))
-        case EventType.TURN_END:
-            return TurnEnd(tuple(ToolResult.from_dict(r) for r in data["results"]))
+    kind = data.get("type")
+    read = _EVENT_READERS.get(kind) if isinstance(kind, str) else None
+    if read is None:
+        raise ValueError(f"unknown event type {kind!r}")
+    return read(data)
+
+
+def _tool_start(data: Mapping[str, Any]) -> ToolStart:
+    return ToolStart(
+        str(data["call_id"]),
+        str(data["tool_name"]),
+        dict(data["arguments"]),
+        str(data["label"]),
+        data.get("activity"),
+    )
+
+
+def _tool_update(data: Mapping[str, Any]) -> ToolUpdate:
+    return ToolUpdate(
+        str(data["call_id"]), str(data["tool_name"]), UpdateKind(data["kind"]), data.get("data")
+    )
+
+
+def _tool_end(data: Mapping[str, Any]) -> ToolEnd:
+    return ToolEnd(
+        str(data["call_id"]), str(data["tool_name"]), ToolResult.from_dict(data["result"])
+    )
+
+
+def _message(data: Mapping[str, Any]) -> ToolMessage:
+    return ToolMessage.from_dict(data["message"])
+
+
+# By the type's string (an enum's lookup by value costs more than the rest of a read).
+_EVENT_READERS: dict[str, Callable[[Mapping[str, Any]], Event]] = {
+    EventType.TOOL_START.value: _tool_start,
+    EventType.TOOL_UPDATE.value: _tool_update,
+    EventType.TOOL_END.value: _tool_end,
+    EventType.MESSAGE_START.value: lambda data: MessageStart(_message(data)),
+    EventType.MESSAGE_END.value: lambda data: MessageEnd(_message(data)),
+    EventType.TURN_END.value: lambda data: TurnEnd(
+        tuple([ToolResult.from_dict(r) for r in data["results"]])
+    ),
+}

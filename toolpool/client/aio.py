@@ -29,7 +29,7 @@ from toolpool.client.core import ApprovalRequested, TurnItem, results_as
 from toolpool.client.errors import DaemonUnavailable
 from toolpool.client.operation import Deferred, Operation
 from toolpool.models import ToolResult
-from toolpool.protocol import SteerAction
+from toolpool.protocol import EventSelection, SteerAction
 
 T = TypeVar("T")
 AsyncApprovalHandler = Callable[[ApprovalRequested], Any | Awaitable[Any]]
@@ -223,10 +223,15 @@ class AsyncSession(SessionBase[AsyncClient]):
     __doc__ = SessionBase.__doc__
 
     async def submit(
-        self, calls: Any, *, format: str | None = None, open: bool = False
+        self,
+        calls: Any,
+        *,
+        format: str | None = None,
+        open: bool = False,
+        events: EventSelection | str = EventSelection.ALL,
     ) -> AsyncTurn:
         """As ``Session.submit``."""
-        submitting = self._conn.submit(self.id, calls, format, open)
+        submitting = self._conn.submit(self.id, calls, format, open, events)
         return AsyncTurn(self, await self.client._run(submitting))
 
     async def interrupt(self) -> None:

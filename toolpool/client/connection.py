@@ -48,6 +48,7 @@ M = TypeVar("M")
 ApprovalHandler = Callable[[ApprovalRequested], Any]
 CLOSE_TIMEOUT = 2.0  # seconds a session's close waits for the daemon
 ACK_BYTES = 256 * 1024  # the client acknowledges what it read this often (SPEC L5)
+_ALL_EVENTS = wire.EventSelection.ALL
 
 
 class Connection:
@@ -68,6 +69,7 @@ class Connection:
         self._waiting: set[str] = set()  # request ids whose replies are awaited
         self._replies: dict[str, wire.Message] = {}
         self._accepted: dict[str, TurnLog] = {}  # a Submit's request id → its turn's log
+        self._selections: dict[str, wire.EventSelection] = {}  # a Submit's, by request id
         self._turns: dict[str, TurnLog] = {}  # turns still running, by id
         self._handlers: dict[str, ApprovalHandler | None] = {}  # by session id
         self._readers: dict[str, wire.EventReader] = {}  # running turns' event readers
@@ -97,6 +99,11 @@ class Connection:
             self.failure = error
 
     # -- frames out ----------------------------------------------------------------------
+
+    @property
+    def has_outgoing(self) -> bool:
+        """Frames wait to be sent (``take_outgoing``)."""
+        return bool(self._outgoing)
 
     def take_outgoing(self) -> list[bytes]:
         """The frames to send, in order; the driver sends them all."""
@@ -144,6 +151,7 @@ class Connection:
         def abandon() -> None:
             self._waiting.discard(request_id)
             self._replies.pop(request_id, None)
+            self._selections.pop(request_id, None)
             log = self._accepted.pop(request_id, None)
             if log is not None:
                 self._turns.pop(log.turn_id, None)
@@ -154,7 +162,7 @@ class Connection:
             lambda: request_id in self._replies,
             value,
             wait,
-            late or f"no answer from the daemon within {wait:g} s",
+            late or (lambda: f"no answer from the daemon within {wait:g} s"),
             abandon,
         )
 
@@ -196,10 +204,18 @@ class Connection:
         return self._request(message, _nothing, CLOSE_TIMEOUT)
 
     def submit(
-        self, session_id: str, calls: Any, format: str | None, open: bool
+        self,
+        session_id: str,
+        calls: Any,
+        format: str | None,
+        open: bool,
+        events: wire.EventSelection | str = _ALL_EVENTS,
     ) -> Operation[TurnLog]:
-        """A turn's log, which fills as its events arrive."""
-        message = submit_message(self._next_id(), session_id, calls, format, open)
+        """A turn's log, which fills as its events arrive (those ``events`` selects)."""
+        selection = events if type(events) is wire.EventSelection else wire.EventSelection(events)
+        message = submit_message(self._next_id(), session_id, calls, format, open, selection)
+        if selection is not _ALL_EVENTS:
+            self._selections[message.request_id] = selection
 
         def accepted(reply: wire.Message) -> TurnLog:
             expect(reply, wire.Accepted)
@@ -240,11 +256,15 @@ class Connection:
             assert log.results is not None
             return log.results
 
-        late = f"the turn did not end within {timeout or 0:g} s"
+        def late() -> str:
+            return f"the turn did not end within {timeout or 0:g} s"
+
         return Operation(self, lambda: log.results is not None, results, timeout, late)
 
     def call_end(self, log: TurnLog, call_id: str, timeout: float | None) -> Operation[ToolResult]:
-        late = f"call {call_id} did not end within {timeout or 0:g} s"
+        def late() -> str:
+            return f"call {call_id} did not end within {timeout or 0:g} s"
+
         return Operation(
             self, lambda: call_id in log.ended, lambda: log.ended[call_id], timeout, late
         )
@@ -265,20 +285,16 @@ class Connection:
             self._send(wire.Ack(self._received))
         try:
             message = wire.decode(frame)
-            if isinstance(message, wire.Chunk):
-                whole = self._chunks.add(message)
+            if type(message) is wire.Chunk or self._chunks.pending:
+                whole = self._joined(message)
                 if whole is None:
-                    return []
-                message = wire.decode(whole)
-                if isinstance(message, wire.Chunk):
-                    raise wire.ProtocolError("a chunked message that is a chunk")
-            elif self._chunks.pending and not _let_go(message):  # which cuts a stream short
-                raise wire.ProtocolError(f"a {message.type.value} amid a chunked message")
+                    return []  # a stream's chunk, not its last
+                message = whole
         except wire.ProtocolError as exc:
             self.fail(ClientProtocolError(str(exc)))
             return []
         match message:
-            case wire.TurnEvent():
+            case wire.TurnEvent():  # first: nearly every frame is one
                 self._events(message)
             case wire.ApprovalRequest():
                 return self._approval(message)
@@ -292,12 +308,28 @@ class Connection:
                     self._reply(request_id, message)
         return []
 
+    def _joined(self, message: wire.Message) -> wire.Message | None:
+        """A chunk joins its stream: the whole message once the stream ends, else None.
+        A stream is never interleaved with other frames, but for the daemon's last word
+        (which cuts it short)."""
+        if isinstance(message, wire.Chunk):
+            whole = self._chunks.add(message)
+            if whole is None:
+                return None
+            message = wire.decode(whole)
+            if isinstance(message, wire.Chunk):
+                raise wire.ProtocolError("a chunked message that is a chunk")
+        elif not _let_go(message):
+            raise wire.ProtocolError(f"a {message.type.value} amid a chunked message")
+        return message
+
     def _reply(self, request_id: str, message: wire.Message) -> None:
+        selection = self._selections.pop(request_id, _ALL_EVENTS)
         if isinstance(message, wire.Accepted):
             # The turn's events may be right behind its acceptance: its log comes first.
             log = TurnLog(message.turn_id, list(message.call_ids))
             self._turns[message.turn_id] = log
-            self._readers[message.turn_id] = wire.EventReader()
+            self._readers[message.turn_id] = wire.EventReader(selection)
             self._accepted[request_id] = log
         self._replies[request_id] = message
 
@@ -307,7 +339,7 @@ class Connection:
             return  # not a turn of this client's, or one it gave up on
         reader = self._readers[message.turn_id]
         try:
-            events = [reader.read(e) for e in message.events]
+            events = reader.read_all(message.events)
         except (KeyError, ValueError, TypeError) as exc:
             self.fail(ClientProtocolError(f"unreadable event from the daemon: {exc}"))
             return

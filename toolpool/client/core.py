@@ -11,7 +11,7 @@ from typing import Any
 
 from toolpool.client.errors import DaemonUnavailable, UntrustedEndpoint
 from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd
-from toolpool.protocol import ApprovalReply, ApprovalRequest, Submit
+from toolpool.protocol import ApprovalReply, ApprovalRequest, EventSelection, Submit
 from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
 
 
@@ -150,10 +150,15 @@ def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
 
 
 def submit_message(
-    request_id: str, session_id: str, calls: Any, format: str | None, open: bool = False
+    request_id: str,
+    session_id: str,
+    calls: Any,
+    format: str | None,
+    open: bool = False,
+    events: EventSelection = EventSelection.ALL,
 ) -> Submit:
     payload, format = call_payload(calls, format)
-    return Submit(request_id, session_id, payload, format, open)
+    return Submit(request_id, session_id, payload, format, open, events)
 
 
 def _is_toolpool_calls(calls: Any) -> bool:

@@ -30,7 +30,9 @@ class Operation(Generic[T]):
     ready: Callable[[], bool]
     value: Callable[[], T]
     timeout: float | None = None
-    late: str | ClientError = ""  # what a timeout says (a ClientTimeout), or raises
+    # What a timeout says (a ClientTimeout), or raises; or a function that makes it,
+    # for a text that would be formatted in vain for each operation that does not expire.
+    late: str | ClientError | Callable[[], str] = ""
     abandon: Callable[[], None] | None = None  # the connection forgets it
 
     def done(self) -> bool:
@@ -48,7 +50,8 @@ class Operation(Generic[T]):
         an error); the connection forgets the request."""
         if self.abandon is not None:
             self.abandon()
-        return self.late if isinstance(self.late, ClientError) else ClientTimeout(self.late)
+        late = self.late() if callable(self.late) else self.late
+        return late if isinstance(late, ClientError) else ClientTimeout(late)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,13 @@
 The driver owns the socket and the waiting; the connection does the rest. One thread
 at a time waits: it reads the socket and the connection files what arrives under its
 request or turn (a lock keeps two threads from reading at once). What the connection
-queues goes out at once, or, while another thread waits, with that thread's next poll.
+queues goes out at once, or, while another thread waits, within ``POLL_SECONDS``.
+
+The wait is a blocking ``recv`` with a receive timeout, one frame at a time: the
+cheapest wait pyzmq has (a poll of the socket and its monitor, then reads until
+EAGAIN, cost twice as much per frame, and each EAGAIN is an exception). The monitor,
+which tells that the daemon hung up, is looked at when a wait times out: a daemon
+that is gone sends nothing, so its end is seen within ``POLL_SECONDS``.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from toolpool.client.connection import ApprovalHandler
 from toolpool.client.core import TurnItem, results_as
 from toolpool.client.operation import Operation
 from toolpool.models import ToolResult
-from toolpool.protocol import SteerAction
+from toolpool.protocol import EventSelection, SteerAction
 
 T = TypeVar("T")
-POLL_SECONDS = 0.1  # the longest a waiting thread leaves another thread's frames queued
+POLL_SECONDS = 0.1  # the longest a waiting thread leaves another thread's frames queued,
+# or a daemon's hang-up unnoticed
 
 __all__ = ["ApprovalHandler", "Client", "Session", "Turn"]
 
@@ -58,9 +65,7 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         self._unsent: deque[bytes] = deque()
         self._conn.on_outgoing = self._flush
         self._dial(zmq.Context())
-        self._poller = zmq.Poller()
-        self._poller.register(self._socket, zmq.POLLIN)
-        self._poller.register(self._monitor, zmq.POLLIN)
+        self._receive_ms = 0  # the socket's receive timeout, as last set
         try:
             self._run(self._conn.hello(self._name, self.connect_timeout))
         except BaseException:
@@ -82,7 +87,9 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         Never blocks: with no connection to the daemon (it refused us, or is gone) a
         DEALER's send would wait forever; what cannot go now waits for the next
         round of the wait loop, whose deadline bounds it."""
-        if self._socket is None or not self._lock.acquire(blocking=False):
+        if not (self._unsent or self._conn.has_outgoing) or self._socket is None:
+            return
+        if not self._lock.acquire(blocking=False):
             return
         try:
             self._unsent.extend(self._conn.take_outgoing())
@@ -100,22 +107,33 @@ class Client(ClientBase[zmq.Socket[bytes]]):
             self._flush()
             deadline = None if operation.timeout is None else time.monotonic() + operation.timeout
             while not operation.done():
-                left = POLL_SECONDS if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise operation.expired()
-                self._poll(min(left, POLL_SECONDS))
+                wait = POLL_SECONDS
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise operation.expired()
+                    wait = min(left, POLL_SECONDS)
+                self._wait(wait)
                 self._flush()
             return operation.outcome()
 
-    def _poll(self, seconds: float) -> None:
+    def _wait(self, seconds: float) -> None:
+        """File the next frame, if one comes within ``seconds``; if none does, see
+        whether the daemon hung up."""
         assert self._socket is not None and self._monitor is not None
-        ready = dict(self._poller.poll(max(1, int(seconds * 1000))))
-        if self._socket in ready:
-            self._receive()
-        if self._monitor in ready:
-            self._monitor.recv_multipart()
-            self._receive()  # what the daemon sent before it went still counts
-            self._conn.lost()
+        milliseconds = max(1, int(seconds * 1000))
+        if milliseconds != self._receive_ms:
+            self._socket.setsockopt(zmq.RCVTIMEO, milliseconds)
+            self._receive_ms = milliseconds
+        try:
+            frame = self._socket.recv()
+        except zmq.Again:
+            if self._monitor.poll(0):
+                self._monitor.recv_multipart()
+                self._receive()  # what the daemon sent before it went still counts
+                self._conn.lost()
+            return
+        self._file(frame)
 
     def _receive(self) -> None:
         """File every frame that has arrived, without waiting for more."""
@@ -125,8 +143,11 @@ class Client(ClientBase[zmq.Socket[bytes]]):
                 frame = self._socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            for deferred in self._conn.receive(frame):
-                self._conn.refuse(deferred, "a Client's on_approval handler must not be async")
+            self._file(frame)
+
+    def _file(self, frame: bytes) -> None:
+        for deferred in self._conn.receive(frame):
+            self._conn.refuse(deferred, "a Client's on_approval handler must not be async")
 
     # -- requests ------------------------------------------------------------------------
 
@@ -159,10 +180,21 @@ class Session(SessionBase[Client]):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def submit(self, calls: Any, *, format: str | None = None, open: bool = False) -> Turn:
+    def submit(
+        self,
+        calls: Any,
+        *,
+        format: str | None = None,
+        open: bool = False,
+        events: EventSelection | str = EventSelection.ALL,
+    ) -> Turn:
         """Start a turn: ToolCalls (or their dicts), or model output in ``format``.
-        An ``open`` turn takes more calls (``Turn.add``) until ``Turn.close``."""
-        return Turn(self, self.client._run(self._conn.submit(self.id, calls, format, open)))
+        An ``open`` turn takes more calls (``Turn.add``) until ``Turn.close``. With
+        ``events="results"`` the turn's stream holds only its ``tool_end`` and
+        ``turn_end`` events (and approval requests), which the daemon sends in fewer
+        frames: for callers that only want ``results()`` or ``result()``."""
+        submitting = self._conn.submit(self.id, calls, format, open, events)
+        return Turn(self, self.client._run(submitting))
 
     def interrupt(self) -> None:
         """S4: the user sent a new message. "cancel" calls stop, the queued are skipped."""

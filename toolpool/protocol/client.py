@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from toolpool.protocol.fields import OMITTED_AT_DEFAULT
 from toolpool.protocol.kinds import PROTOCOL_VERSION, MessageType
 
 
@@ -20,6 +21,13 @@ class SteerAction(StrEnum):
 
     INTERRUPT = "interrupt"  # S4: the user sent a message; calls that allow it stop
     ABORT = "abort"  # S5: every unfinished call is cancelled
+
+
+class EventSelection(StrEnum):
+    """Which of a turn's events the daemon sends the client (``Submit.events``)."""
+
+    ALL = "all"  # every event
+    RESULTS = "results"  # tool_end and turn_end only: what results() and result() need
 
 
 class FailureCode(StrEnum):
@@ -98,7 +106,9 @@ class Submit:
     ``calls`` is a list of ToolCall dicts when ``format`` is "toolpool", else model
     output in that provider's shape ("openai", "openai-responses", "anthropic",
     "gemini"), or None to detect it. An ``open`` turn takes more calls (``Append``)
-    until ``EndTurn``.
+    until ``EndTurn``. ``events`` says which of the turn's events to send: all, or
+    only ``tool_end`` and ``turn_end`` (``results``), in fewer frames; it is left
+    out of the frame when it is ``all``.
     """
 
     type: ClassVar[MessageType] = MessageType.SUBMIT
@@ -107,6 +117,7 @@ class Submit:
     calls: Any
     format: str | None = "toolpool"
     open: bool = False
+    events: EventSelection = field(default=EventSelection.ALL, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

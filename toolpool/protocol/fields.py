@@ -11,8 +11,9 @@ tuple). A value that does not fit raises ``ProtocolError`` naming the field.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -22,6 +23,11 @@ from toolpool.protocol.kinds import ProtocolError
 # inline), or a function from the decoded value to the value to store.
 Convert = Callable[[Any], Any]
 Check = tuple[type, ...] | Convert
+
+# A field's metadata for a field added to a message after peers were released: it is
+# left out of the frame while it holds its default, so that such a message is the same
+# bytes as before the field existed, and a peer that does not know it still reads it.
+OMITTED_AT_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"wire": "omitted at default"})
 
 
 class _Wrong(Exception):
@@ -52,18 +58,62 @@ class Struct:
             for n in self.names
             if isinstance(hints[n], type) and dataclasses.is_dataclass(hints[n])
         )
+        self._omitted = tuple(
+            (f.name, f.default)
+            for f in dataclasses.fields(cls)
+            if f.metadata.get("wire") == OMITTED_AT_DEFAULT["wire"]
+        )
+        if any(default is dataclasses.MISSING for _, default in self._omitted):
+            raise TypeError(f"{cls.__name__}: a field omitted at its default needs a default")
+        # The fast way (``_build``): by position, every field there, nothing else.
+        self._defaults = dict(self._omitted)
+        index = {name: i for i, name in enumerate(self.names)}
+        self._plain = tuple((index[n], c) for n, c in self._checks.items() if type(c) is tuple)
+        self._converted = tuple(
+            (index[n], c) for n, c in self._checks.items() if type(c) is not tuple
+        )
+        positional = all(f.init and not f.kw_only for f in dataclasses.fields(cls))
+        self._count = len(self.names) if positional else -1  # -1: never the fast way
+        self._values = _getter(self.names)
 
-    def build(self, body: dict[str, Any], where: str, what: str) -> Any:
+    def build(self, body: dict[str, Any], where: str) -> Any:
         """An instance of the class from ``body`` (its fields by name); ``where`` names
-        it in errors about a field, ``what`` in errors about the whole."""
+        it in errors (about a field: ``where.field``; about the whole: the message)."""
         try:
             return self._build(body)
         except _Wrong as wrong:
             if wrong.whole and not wrong.path:
-                raise ProtocolError(f"bad {what}: {wrong.text}") from None
+                raise ProtocolError(f"bad {where} message: {wrong.text}") from None
             raise ProtocolError(wrong.render(where)) from None
 
     def _build(self, body: dict[str, Any]) -> Any:
+        """The instance; the common case (every field there, each fits) the fast way,
+        anything else the way that names what is wrong (``_build_by_name``)."""
+        given = body
+        if self._defaults and len(given) != self._count:
+            given = self._defaults | body  # fields left out at their defaults
+        if len(given) == self._count:
+            try:
+                values = self._values(given)
+            except KeyError:  # an unknown field in place of a known one
+                return self._build_by_name(body)
+            for i, kinds in self._plain:
+                if not isinstance(values[i], kinds):
+                    return self._build_by_name(body)
+            try:
+                converted = None  # a copy of values, once one is converted
+                for i, convert in self._converted:
+                    value = values[i]
+                    new = convert(value)  # type: ignore[operator]
+                    if new is not value:
+                        converted = list(values) if converted is None else converted
+                        converted[i] = new
+                return self.cls(*(values if converted is None else converted))
+            except (_Wrong, TypeError):
+                pass
+        return self._build_by_name(body)
+
+    def _build_by_name(self, body: dict[str, Any]) -> Any:
         values = None  # a copy of body, once a value is converted
         for name, check in self._checks.items():
             if name not in body:
@@ -85,12 +135,29 @@ class Struct:
         except TypeError as exc:  # an unknown or a missing field
             raise _Wrong(str(exc), whole=True) from None
 
-    def to_map(self, value: Any) -> dict[str, Any]:
-        """``value``'s fields by name, nested structs as maps: what msgpack packs."""
-        body = {name: getattr(value, name) for name in self.names}
+    def to_map(self, value: Any, head: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``value``'s fields by name, nested structs as maps: what msgpack packs;
+        after the entries of ``head`` when given (a frame's type comes first)."""
+        body = {} if head is None else head
+        for name in self.names:
+            body[name] = getattr(value, name)
         for name in self._nested:
             body[name] = struct(type(body[name])).to_map(body[name])
+        for name, default in self._omitted:
+            if body[name] == default:
+                del body[name]
         return body
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """A function from a map to the tuple of its values at ``names`` (KeyError if one
+    is missing); ``itemgetter``'s, in C, for two names or more."""
+    if len(names) >= 2:
+        return operator.itemgetter(*names)
+    if names:
+        (name,) = names
+        return lambda body: (body[name],)
+    return lambda body: ()
 
 
 _STRUCTS: dict[type[Any], Struct] = {}
@@ -203,8 +270,16 @@ def _array(hint: Any) -> Check:
     item = _check(args[0]) if args else None
     expected = _name(hint)
     item_of = None if item is None else _as_function(item, _name(args[0]))
+    plain = item if type(item) is tuple else None  # items checked inline, not converted
 
     def array(value: Any) -> Any:
+        if plain is not None and type(value) in (list, tuple):
+            # The common case, without a call or a copy per item: every item fits.
+            for v in value:
+                if not isinstance(v, plain):
+                    break
+            else:
+                return value if type(value) is origin else origin(value)
         if not isinstance(value, (list, tuple)):
             raise _mismatch(value, (), expected)
         if item_of is not None:
@@ -227,8 +302,15 @@ def _map(hint: Any) -> Check:
         return (dict,)  # dict[str, Any]: msgpack's strict_map_key keeps the keys plain
     expected = _name(hint)
     item_of = _as_function(item, _name(args[1]))
+    plain = item if type(item) is tuple else None  # values checked inline, not converted
 
     def mapping(value: Any) -> Any:
+        if plain is not None and type(value) is dict:
+            for v in value.values():
+                if not isinstance(v, plain):
+                    break
+            else:
+                return value
         if not isinstance(value, dict):
             raise _mismatch(value, (), expected)
         out: dict[Any, Any] | None = None  # a copy, once a value is converted

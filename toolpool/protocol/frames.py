@@ -15,12 +15,16 @@ import msgpack
 
 from toolpool.protocol.fields import wire_form
 from toolpool.protocol.kinds import MAX_FRAME_BYTES, ProtocolError
-from toolpool.protocol.messages import STRUCTS, Message
+from toolpool.protocol.messages import MESSAGE_CLASSES, STRUCTS, Message
+
+# A message class's type name (``MessageType.value`` is a descriptor: slow per frame).
+_KINDS: dict[type[Any], str] = {cls: cls.type.value for cls in MESSAGE_CLASSES.values()}
 
 
 def encode(message: Message) -> bytes:
     """One msgpack frame for ``message``."""
-    body: dict[str, Any] = {"t": message.type.value, **STRUCTS[message.type.value].to_map(message)}
+    kind = _KINDS[type(message)]
+    body: dict[str, Any] = STRUCTS[kind].to_map(message, {"t": kind})
     frame: bytes = msgpack.packb(body, use_bin_type=True, default=wire_form)
     return frame
 
@@ -30,17 +34,17 @@ def decode(frame: bytes) -> Message:
     if len(frame) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
     try:
-        body = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+        body = msgpack.unpackb(frame)  # raw=False, strict_map_key=True: msgpack 1.x's defaults
     except Exception as exc:  # msgpack raises several unrelated types
         raise ProtocolError(f"not a msgpack frame: {exc}") from None
-    if not isinstance(body, dict):
+    if type(body) is not dict:
         raise ProtocolError(f"frame holds a {type(body).__name__}, not a map")
     kind = body.pop("t", None)
-    reader = STRUCTS.get(kind) if isinstance(kind, str) else None
+    reader = STRUCTS.get(kind) if type(kind) is str else None
     if reader is None:
         raise ProtocolError(f"unknown message type {kind!r}")
     try:
-        message: Message = reader.build(body, kind, f"{kind} message")
+        message: Message = reader.build(body, kind)
     except ProtocolError as exc:
         request_id = body.get("request_id")
         raise ProtocolError(str(exc), request_id if isinstance(request_id, str) else None) from None
