@@ -9,10 +9,22 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from toolpool import tool
 from toolpool.daemon import server as server_module
 from toolpool.daemon.server import Server
 from toolpool.engine import Coordinator
-from toolpool.protocol import Hello, TurnEvent, Welcome, decode, encode
+from toolpool.protocol import (
+    Accepted,
+    EventSelection,
+    Hello,
+    OpenSession,
+    SessionOpened,
+    Submit,
+    TurnEvent,
+    Welcome,
+    decode,
+    encode,
+)
 
 LIMIT = 4096
 
@@ -53,3 +65,61 @@ async def test_D5_events_batched_past_a_chunk_go_in_several_frames(
         client.close(linger=0)
         context.term()
         await server.close()
+
+
+@tool(read_only=True)
+def echo(text: str) -> str:
+    """Say it back."""
+    return text
+
+
+async def _turn_frames(tmp_path: Path, events: EventSelection, calls: int) -> list[list[str]]:
+    """The event types of each TurnEvent frame a raw client receives for one turn of
+    ``calls`` echo calls submitted with ``events``, until its turn_end."""
+    server = Server(Coordinator([echo]))
+    endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
+    server.start()
+    context = zmq.asyncio.Context()
+    client = context.socket(zmq.DEALER)
+    client.connect(endpoint)
+    frames: list[list[str]] = []
+    try:
+        await client.send(encode(Hello("h1", client="test")))
+        assert isinstance(decode(await client.recv()), Welcome)
+        await client.send(encode(OpenSession("o1", str(tmp_path))))
+        opened = decode(await asyncio.wait_for(client.recv(), 30))
+        assert isinstance(opened, SessionOpened)
+        batch = [
+            {"id": f"c{i}", "name": "echo", "arguments": {"text": f"t{i}"}} for i in range(calls)
+        ]
+        await client.send(encode(Submit("s1", opened.session_id, batch, events=events)))
+        while not frames or frames[-1][-1:] != ["turn_end"]:
+            message = decode(await asyncio.wait_for(client.recv(), 30))
+            if isinstance(message, TurnEvent):
+                frames.append([e["type"] for e in message.events])
+            else:
+                assert isinstance(message, Accepted)
+    finally:
+        client.close(linger=0)
+        context.term()
+        await server.close()
+    return frames
+
+
+@pytest.mark.spec("H1")
+async def test_H1_a_results_only_turn_is_sent_its_tool_ends_and_turn_end_only(
+    tmp_path: Path,
+) -> None:
+    every = await _turn_frames(tmp_path, EventSelection.ALL, 3)
+    only = await _turn_frames(tmp_path, EventSelection.RESULTS, 3)
+    sent = [t for frame in every for t in frame]
+    assert sent.count("tool_start") == 3 and sent.count("message_start") == 3
+    kept = [t for frame in only for t in frame]
+    assert sorted(kept) == ["tool_end"] * 3 + ["turn_end"]
+    assert kept[-1] == "turn_end"
+
+
+@pytest.mark.spec("H1")
+async def test_H1_a_calls_tool_end_and_its_turns_end_share_a_frame(tmp_path: Path) -> None:
+    # One call: its tool_end, and the turn_end that it brings, in one frame.
+    assert await _turn_frames(tmp_path, EventSelection.RESULTS, 1) == [["tool_end", "turn_end"]]

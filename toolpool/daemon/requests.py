@@ -36,6 +36,7 @@ from toolpool.protocol import (
     CancelCall,
     CloseSession,
     EndTurn,
+    EventSelection,
     FailureCode,
     Hello,
     Message,
@@ -263,8 +264,12 @@ class Requests:
         turn_id = os.urandom(6).hex()
         address = client.address
 
+        # A client that asked for results only (Submit.events) is sent tool_end and
+        # turn_end: the events results() reads, in fewer and smaller frames.
+        everything = message.events is not EventSelection.RESULTS
+
         def emit(event: Event) -> None:
-            if address in self.clients:
+            if address in self.clients and (everything or isinstance(event, (ToolEnd, TurnEnd))):
                 self.send_event(address, turn_id, event_to_wire(event))
             if isinstance(event, ToolEnd):
                 if log.isEnabledFor(logging.INFO):  # its fields cost more than the check
