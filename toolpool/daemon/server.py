@@ -226,8 +226,11 @@ class Server(Requests):
         self._pending.setdefault(address, []).append((turn_id, event))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop = asyncio.get_running_loop()
-            loop.call_soon(loop.call_soon, self._flush)
+            asyncio.get_running_loop().call_soon(self._flush_next)
+
+    def _flush_next(self) -> None:
+        """Flush after the callbacks scheduled until now (see ``send_event``)."""
+        asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self, only: Address | None = None) -> None:
         if only is None:
