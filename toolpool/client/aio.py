@@ -7,22 +7,30 @@
                 print(event)
             results = await turn.results()
 
-The driver owns the socket and its tasks: a reader hands each frame to the
-connection, a writer sends what the connection queued (a request's frame, an
-approval's answer, given with or without ``await``), a watcher notices the daemon
-hanging up. Callers wait on futures the driver resolves when their operations are done.
+The driver owns a plain ZeroMQ socket whose descriptor the event loop watches: when
+it fires, every waiting frame goes to the connection, and the callers whose
+operations are done are woken (their futures resolved). What the connection queues
+(a request's frame, an approval's answer, given with or without ``await``, from this
+loop or another thread) is sent at once; what cannot go yet (no daemon to send to)
+is tried again every ``POLL_SECONDS``. The socket's monitor, watched the same way,
+tells when the daemon hangs up.
+
+Not zmq.asyncio: it wraps each receive in a future, a timer check and an extra turn
+of the loop, and each of its flag tests is an ``enum.Flag`` operation in Python:
+several times the cost of the frame itself. ZeroMQ's descriptor is edge-triggered
+and consumed by sends too, so after a send the socket is checked again for input.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import zmq
-import zmq.asyncio
 
 from toolpool.client.base import CLOSE_ERRORS, ClientBase, SessionBase, TurnBase
 from toolpool.client.core import ApprovalRequested, TurnItem, results_as
@@ -33,19 +41,24 @@ from toolpool.protocol import EventSelection, SteerAction
 
 T = TypeVar("T")
 AsyncApprovalHandler = Callable[[ApprovalRequested], Any | Awaitable[Any]]
+POLL_SECONDS = 0.1  # how often frames that could not be sent are tried again
+_POLLIN = int(zmq.POLLIN)  # pyzmq's flags are enum.Flags: plain ints test faster
+_NOBLOCK = int(zmq.NOBLOCK)
 
 __all__ = ["AsyncApprovalHandler", "AsyncClient", "AsyncSession", "AsyncTurn"]
 
 
-class AsyncClient(ClientBase[zmq.asyncio.Socket]):
+class AsyncClient(ClientBase[zmq.Socket[bytes]]):
     """A connection to the toolpool daemon for asyncio programs; an async context
     manager. Arguments as for ``toolpool.Client``."""
 
     default_name = "toolpool.AsyncClient"
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's state from connect on
-    _sendable: asyncio.Event  # set: the connection has frames to send
-    _tasks: set[asyncio.Task[None]]  # the reader, writer, watcher and approvals' handlers
-    _waiters: dict[asyncio.Future[None], Operation[Any]]  # who waits, for what
+    _tasks: set[asyncio.Task[None]]  # the approvals' handlers
+    _waiters: dict[asyncio.Future[bool], Operation[Any]]  # who waits, for what
+    _unsent: deque[bytes]  # frames the socket did not take yet
+    _retry: asyncio.TimerHandle | None  # the next try to send them
+    _watched: list[int]  # the descriptors the loop watches
 
     async def __aenter__(self) -> AsyncClient:
         await self.connect()
@@ -55,14 +68,21 @@ class AsyncClient(ClientBase[zmq.asyncio.Socket]):
         await self.close()
 
     async def connect(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._sendable = asyncio.Event()
+        loop = self._loop = asyncio.get_running_loop()
         self._tasks = set()
         self._waiters = {}
+        self._unsent = deque()
+        self._retry = None
+        self._watched = []
         self._conn.on_outgoing = self._wake_writer
-        self._dial(zmq.asyncio.Context())
-        for work in (self._read(), self._write(), self._watch()):
-            self._spawn(work)
+        self._dial(zmq.Context())
+        assert self._socket is not None and self._monitor is not None
+        for socket, ready in ((self._socket, self._readable), (self._monitor, self._hung_up)):
+            fd = socket.getsockopt(zmq.FD)
+            assert isinstance(fd, int)
+            loop.add_reader(fd, ready)
+            self._watched.append(fd)
+            loop.call_soon(ready)  # what waits already raised no edge
         try:
             await self._run(self._conn.hello(self._name, self.connect_timeout))
         except BaseException:
@@ -78,14 +98,18 @@ class AsyncClient(ClientBase[zmq.asyncio.Socket]):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._socket is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                for frame in self._conn.take_outgoing():
-                    await self._socket.send(frame, zmq.NOBLOCK)
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        with contextlib.suppress(zmq.ZMQError):
+            self._send()  # the goodbye, if it can go
+        for fd in self._watched:
+            self._loop.remove_reader(fd)
+        self._watched = []
         self._hang_up()
         self._settle()  # whoever still waits learns that the client is closed
 
-    # -- the driver's tasks ----------------------------------------------------------------
+    # -- the wire ------------------------------------------------------------------------
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -100,31 +124,68 @@ class AsyncClient(ClientBase[zmq.asyncio.Socket]):
         except RuntimeError:
             here = False
         if here:
-            self._sendable.set()
+            self._flush()
         else:
-            self._loop.call_soon_threadsafe(self._sendable.set)
+            self._loop.call_soon_threadsafe(self._flush)
 
-    async def _write(self) -> None:
-        assert self._socket is not None
+    def _flush(self) -> None:
+        """Send what the connection queued, now; what the socket does not take yet
+        (no daemon to send to) is tried again in ``POLL_SECONDS``."""
         try:
-            while True:
-                await self._sendable.wait()
-                self._sendable.clear()
-                for frame in self._conn.take_outgoing():
-                    await self._socket.send(frame)
+            self._send()
+        except zmq.Again:
+            if self._retry is None and self._loop is not None:
+                self._retry = self._loop.call_later(POLL_SECONDS, self._try_again)
         except zmq.ZMQError as exc:
             self._broken(exc)
 
-    async def _read(self) -> None:
-        assert self._socket is not None
+    def _try_again(self) -> None:
+        self._retry = None
+        self._flush()
+
+    def _send(self) -> None:
+        socket = self._socket
+        if socket is None:
+            return
+        self._unsent.extend(self._conn.take_outgoing())
+        if not self._unsent:
+            return
         try:
-            while True:
-                frame = await self._socket.recv()
-                for deferred in self._conn.receive(frame):
+            while self._unsent:
+                socket.send(self._unsent[0], _NOBLOCK)
+                self._unsent.popleft()
+        finally:
+            if self._loop is not None and socket.getsockopt(zmq.EVENTS) & _POLLIN:  # type: ignore[operator]
+                self._loop.call_soon(self._readable)
+
+    def _readable(self) -> None:
+        """File every frame that has arrived; wake whoever's operation is done."""
+        socket = self._socket
+        if socket is None:
+            return
+        try:
+            while socket.getsockopt(zmq.EVENTS) & _POLLIN:  # type: ignore[operator]
+                for deferred in self._conn.receive(socket.recv(_NOBLOCK)):
                     self._spawn(self._decide(deferred))
-                self._settle()
         except zmq.ZMQError as exc:
             self._broken(exc)
+        self._settle()
+
+    def _hung_up(self) -> None:
+        """The monitor says the daemon closed the connection (it stopped or died):
+        fail whoever waits, once what it sent before it went is filed."""
+        monitor = self._monitor
+        if monitor is None:
+            return
+        try:
+            if not monitor.getsockopt(zmq.EVENTS) & _POLLIN:  # type: ignore[operator]
+                return
+            monitor.recv_multipart(_NOBLOCK)
+        except zmq.ZMQError:
+            return
+        self._readable()
+        self._conn.lost()
+        self._settle()
 
     def _broken(self, exc: zmq.ZMQError) -> None:
         self._conn.fail(DaemonUnavailable(f"the connection to {self.endpoint} broke: {exc}"))
@@ -135,35 +196,29 @@ class AsyncClient(ClientBase[zmq.asyncio.Socket]):
         self._conn.decide(deferred.item, await deferred.decision)
         self._settle()
 
-    async def _watch(self) -> None:
-        """The daemon closed the connection (it stopped or died): fail whoever waits."""
-        assert self._socket is not None and self._monitor is not None
-        await self._monitor.recv_multipart()
-        # What the daemon sent before it went still counts: let the reader file it.
-        pending = await self._socket.poll(timeout=0)
-        while pending:  # a yield to the reader, not a wait for a condition
-            await asyncio.sleep(0)
-            pending = self._socket is not None and await self._socket.poll(timeout=0)
-        self._conn.lost()
-        self._settle()
-
     def _settle(self) -> None:
         """Wake the callers whose operations are done."""
         for future, operation in self._waiters.items():
             if not future.done() and operation.done():
-                future.set_result(None)
+                future.set_result(True)
 
     async def _run(self, operation: Operation[T]) -> T:
         """Wait until ``operation`` is done; its outcome."""
         if not operation.done():
-            future = asyncio.get_running_loop().create_future()
+            assert self._loop is not None, "the client is not connected"
+            future: asyncio.Future[bool] = self._loop.create_future()
             self._waiters[future] = operation
+            timer = None
+            if operation.timeout is not None:
+                timer = self._loop.call_later(operation.timeout, _expire, future)
             try:
-                await asyncio.wait_for(future, operation.timeout)
-            except TimeoutError:
-                raise operation.expired() from None
+                done = await future
             finally:
                 del self._waiters[future]
+                if timer is not None:
+                    timer.cancel()
+            if not done and not operation.done():
+                raise operation.expired()
         return operation.outcome()
 
     # -- requests ------------------------------------------------------------------------
@@ -289,3 +344,9 @@ class AsyncTurn(TurnBase[AsyncSession]):
 
     async def abort(self) -> None:
         await self.session.abort()
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    """A wait's time is up (False: not done)."""
+    if not future.done():
+        future.set_result(False)

@@ -343,8 +343,7 @@ class Connection:
         except (KeyError, ValueError, TypeError) as exc:
             self.fail(ClientProtocolError(f"unreadable event from the daemon: {exc}"))
             return
-        for event in events:
-            log.add(event)
+        log.extend(events)
         if log.results is not None:
             del self._turns[message.turn_id]  # ended; its Turn keeps the log
             del self._readers[message.turn_id]

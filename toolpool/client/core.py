@@ -138,6 +138,15 @@ class TurnLog:
         elif isinstance(item, TurnEnd):
             self.results = item.results
 
+    def extend(self, events: list[Event]) -> None:
+        """``add`` each of ``events``, in order."""
+        self.items.extend(events)
+        for event in events:
+            if isinstance(event, ToolEnd):
+                self.ended[event.call_id] = event.result
+            elif isinstance(event, TurnEnd):
+                self.results = event.results
+
 
 def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
     """What goes on the wire for ``calls``: ToolCalls or their dicts (toolpool's
@@ -162,6 +171,8 @@ def submit_message(
 
 
 def _is_toolpool_calls(calls: Any) -> bool:
+    if type(calls) is list and all(type(c) is ToolCall for c in calls):
+        return True  # the common case, without an ABC's isinstance
     if isinstance(calls, ToolCall):
         return False
     if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):

@@ -41,6 +41,8 @@ from toolpool.protocol import EventSelection, SteerAction
 T = TypeVar("T")
 POLL_SECONDS = 0.1  # the longest a waiting thread leaves another thread's frames queued,
 # or a daemon's hang-up unnoticed
+_POLL_MS = int(POLL_SECONDS * 1000)
+_NOBLOCK = int(zmq.NOBLOCK)  # pyzmq's flags are enum.Flags: a plain int converts faster
 
 __all__ = ["ApprovalHandler", "Client", "Session", "Turn"]
 
@@ -94,7 +96,7 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         try:
             self._unsent.extend(self._conn.take_outgoing())
             while self._unsent:
-                self._socket.send(self._unsent[0], zmq.NOBLOCK)
+                self._socket.send(self._unsent[0], _NOBLOCK)
                 self._unsent.popleft()
         except zmq.Again:
             pass
@@ -107,21 +109,20 @@ class Client(ClientBase[zmq.Socket[bytes]]):
             self._flush()
             deadline = None if operation.timeout is None else time.monotonic() + operation.timeout
             while not operation.done():
-                wait = POLL_SECONDS
+                milliseconds = _POLL_MS
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise operation.expired()
-                    wait = min(left, POLL_SECONDS)
-                self._wait(wait)
+                    milliseconds = min(_POLL_MS, max(1, int(left * 1000)))
+                self._wait(milliseconds)
                 self._flush()
             return operation.outcome()
 
-    def _wait(self, seconds: float) -> None:
-        """File the next frame, if one comes within ``seconds``; if none does, see
-        whether the daemon hung up."""
+    def _wait(self, milliseconds: int) -> None:
+        """File the next frame, if one comes within ``milliseconds``; if none does,
+        see whether the daemon hung up."""
         assert self._socket is not None and self._monitor is not None
-        milliseconds = max(1, int(seconds * 1000))
         if milliseconds != self._receive_ms:
             self._socket.setsockopt(zmq.RCVTIMEO, milliseconds)
             self._receive_ms = milliseconds
@@ -140,7 +141,7 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         assert self._socket is not None
         while True:
             try:
-                frame = self._socket.recv(zmq.NOBLOCK)
+                frame = self._socket.recv(_NOBLOCK)
             except zmq.Again:
                 return
             self._file(frame)
