@@ -326,6 +326,8 @@ def cpu_section(cpu: dict[str, Any]) -> list[str]:
     """CPU per call of each process, the in-process pipeline, the daemon's profile."""
     one, batch = cpu["one_call"], cpu["batch"]
     a, b = one["median"], batch["median"]
+    only = cpu.get("one_call_results")  # absent from runs before it was measured
+    r = only["median"] if only else None
     lines = [
         "",
         f"## CPU per call: no-op calls, {cpu['workers']} workers, one blocking client",
@@ -334,24 +336,32 @@ def cpu_section(cpu: dict[str, Any]) -> list[str]:
         f"{one['turns']:,} one-call turns and of {batch['turns']:,} turns of "
         f"{batch['size']} calls, from the kernel's run times of each process and thread.",
         "",
-        f"| process | one-call turns | {batch['size']}-call turns |",
-        "|---|---:|---:|",
+        f"| process | one-call turns | {batch['size']}-call turns |"
+        + (" one-call turns, results only |" if r else ""),
+        "|---|---:|---:|" + ("---:|" if r else ""),
     ]
     for who in ("daemon", "client"):
         for key, label in _THREADS:
-            lines.append(f"| {who}, {label} | {num(a[who][key])} | {num(b[who][key])} |")
+            extra = f" {num(r[who][key])} |" if r else ""
+            lines.append(f"| {who}, {label} | {num(a[who][key])} | {num(b[who][key])} |{extra}")
+    loads = [a, b, *([r] if r else [])]
+
+    def row(label: str, cell: Any) -> str:
+        return f"| {label} | " + " | ".join(cell(m) for m in loads) + " |"
+
     lines += [
-        f"| daemon, user / system (10 ms ticks) | {num(a['daemon']['user'])} / "
-        f"{num(a['daemon']['system'])} | {num(b['daemon']['user'])} / "
-        f"{num(b['daemon']['system'])} |",
-        f"| workers ({a['workers']['count']}), all threads | {num(a['workers']['total'])} | "
-        f"{num(b['workers']['total'])} |",
-        f"| zygote | {num(a['zygote']['total'])} | {num(b['zygote']['total'])} |",
-        f"| wall time per call | {num(a['wall'])} | {num(b['wall'])} |",
+        row(
+            "daemon, user / system (10 ms ticks)",
+            lambda m: f"{num(m['daemon']['user'])} / {num(m['daemon']['system'])}",
+        ),
+        row(
+            f"workers ({a['workers']['count']}), all threads", lambda m: num(m["workers"]["total"])
+        ),
+        row("zygote", lambda m: num(m["zygote"]["total"])),
+        row("wall time per call", lambda m: num(m["wall"])),
     ]
-    replaced = sum(
-        r["workers"]["ended"] + r["workers"]["started"] for r in one["runs"] + batch["runs"]
-    )
+    runs = one["runs"] + batch["runs"] + (only["runs"] if only else [])
+    replaced = sum(run["workers"]["ended"] + run["workers"]["started"] for run in runs)
     if replaced:
         lines += ["", f"{replaced} workers ended or started during the measurement."]
     lines += [

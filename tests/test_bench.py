@@ -251,7 +251,7 @@ def _positive(value: Any) -> bool:
 def test_quick_cpu_reports_each_process_per_call(quick_run: tuple[Path, Path, str]) -> None:
     out, _, _ = quick_run
     cpu: dict[str, Any] = json.loads((out / "raw.json").read_text())["cpu"]
-    for load, size in (("one_call", 1), ("batch", 32)):
+    for load, size in (("one_call", 1), ("one_call_results", 1), ("batch", 32)):
         measured = cpu[load]
         assert measured["size"] == size
         assert len(measured["runs"]) == cpu["repeats"]

@@ -1,6 +1,7 @@
 """Scenario cpu: the CPU time a no-op call costs each process — the daemon (its main
 thread apart from ZeroMQ's I/O threads and the rest), the client, the workers —
-in one-call turns and in 32-call turns from one blocking client; a py-spy profile
+in one-call turns (with every event, and asking for results only) and in 32-call
+turns from one blocking client; a py-spy profile
 of the daemon under the one-call load; and the in-process pipeline's cost per
 one-call turn, for a sync no-op (run in a thread) and an async one (a task)."""
 
@@ -33,22 +34,25 @@ def sizes(quick: bool) -> dict[str, int]:
     return {"repeats": 3, "one": 2000, "batch": 100, "warmup": 300, "profile": 10, "inproc": 3000}
 
 
-def _turns(session: Any, turns: int, size: int, tag: str) -> None:
+def _turns(session: Any, turns: int, size: int, tag: str, events: str = "all") -> None:
     for i in range(turns):
         calls = [ToolCall(f"{tag}{i}.{j}", "bench_noop", {}) for j in range(size)]
-        results = session.submit(calls).results()
+        results = session.submit(calls, events=events).results()
         assert all(r.text == "ok" for r in results), [r.text for r in results]
 
 
-def _measure(meter: StackMeter, session: Any, turns: int, size: int, tag: str) -> dict[str, Any]:
+def _measure(
+    meter: StackMeter, session: Any, turns: int, size: int, tag: str, events: str = "all"
+) -> dict[str, Any]:
     before = meter.snapshot()
-    _turns(session, turns, size, tag)
+    _turns(session, turns, size, tag, events)
     return meter.per_call(before, meter.snapshot(), turns * size)
 
 
 def full_stack(quick: bool, workspace: Path) -> dict[str, Any]:
     n = sizes(quick)
     one: list[dict[str, Any]] = []
+    results_only: list[dict[str, Any]] = []
     batch: list[dict[str, Any]] = []
     with (
         daemon(WORKERS, settings=SETTINGS) as running,
@@ -60,6 +64,7 @@ def full_stack(quick: bool, workspace: Path) -> dict[str, Any]:
         meter = StackMeter(running.pid)
         for r in range(n["repeats"]):  # interleaved, so that a slow moment hits both
             one.append(_measure(meter, session, n["one"], 1, f"o{r}."))
+            results_only.append(_measure(meter, session, n["one"], 1, f"r{r}.", "results"))
             batch.append(_measure(meter, session, n["batch"], BATCH, f"b{r}."))
         counter = iter(range(10**9))
         profile = pyspy.record(
@@ -69,6 +74,13 @@ def full_stack(quick: bool, workspace: Path) -> dict[str, Any]:
         "workers": WORKERS,
         "repeats": n["repeats"],
         "one_call": {"turns": n["one"], "size": 1, "runs": one, "median": median_of(one)},
+        # Submit.events = "results" (SPEC H1): tool_end and turn_end only, fewer frames.
+        "one_call_results": {
+            "turns": n["one"],
+            "size": 1,
+            "runs": results_only,
+            "median": median_of(results_only),
+        },
         "batch": {"turns": n["batch"], "size": BATCH, "runs": batch, "median": median_of(batch)},
         "profile": profile,
     }
