@@ -426,7 +426,7 @@ def test_P5_only_schemas_that_mean_the_same_to_both_are_compiled(name: str, comp
     assert repr(checker) == f"<ArgumentChecker fast path: {checker.fast_path}>"
 
 
-@pytest.mark.spec("P5")
+@pytest.mark.spec("P5", "H2")
 @pytest.mark.parametrize("name", list(SCHEMAS))
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
