@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
-from toolpool.tools.diff import unified_diff
+from toolpool.tools.diff import replacement_diff
 from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.near_miss import not_found_message
 from toolpool.tools.paths import Access, Resolved, display, open_path
@@ -57,9 +57,28 @@ class EditPlan:
     old_text: str
     new_text: str
     data: bytes  # the new file bytes, BOM and line endings restored
-    count: int
-    first_line: int  # of the first replacement, in the new text
-    last_line: int
+    starts: tuple[int, ...]  # of each replaced occurrence, in old_text
+    old: str  # old_string and new_string as matched and written (LF in a CRLF file)
+    new: str
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    @property
+    def first_line(self) -> int:
+        """The line of the first replacement, in the new text."""
+        return line_of(self.new_text, self.starts[0])
+
+    @property
+    def last_line(self) -> int:
+        return self.first_line + self.new.count("\n")
+
+    def diff(self, shown: str) -> str:
+        """The unified diff of the edit (its preview)."""
+        return replacement_diff(
+            self.old_text, self.new_text, self.starts, len(self.old), len(self.new), shown
+        )
 
 
 def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
@@ -86,7 +105,9 @@ def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
             f"{_match_lines(doc.text, old)}). Add surrounding lines to old_string to "
             "pick one, or set replace_all to true to replace every one."
         )
-    start = doc.text.index(old)
+    starts = [doc.text.index(old)]
+    while len(starts) < count:  # replace_all: where str.replace replaces, left to right
+        starts.append(doc.text.index(old, starts[-1] + len(old)))
     new_text = doc.text.replace(old, new, -1 if replace_all else 1)
     try:
         new_data = doc.encode(new_text)
@@ -94,8 +115,7 @@ def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
         raise ToolError(
             "new_string is not valid Unicode text (it holds a lone surrogate)."
         ) from None
-    first = line_of(new_text, start)
-    return EditPlan(doc.text, new_text, new_data, count, first, first + new.count("\n"))
+    return EditPlan(doc.text, new_text, new_data, tuple(starts), old, new)
 
 
 def _match_lines(text: str, old: str) -> str:
@@ -154,23 +174,23 @@ class EditTool(FileWritingTool):
             return ValidationResult.failed(exc.message)
         with target:
             path = target.path
-            shown = display(path, ctx)
             problem = _argument_problem(args)
             if problem:
                 return ValidationResult.failed(problem)
+            # The path is shown (display resolves the workspace) only when refused.
             try:
                 mode = target.lstat().st_mode
             except FileNotFoundError:
                 similar = similar_names(path, ctx)
                 hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
                 return ValidationResult.failed(
-                    f"File does not exist: {shown}.{hint} edit changes existing "
-                    "files; to create one, use write."
+                    f"File does not exist: {display(path, ctx)}.{hint} edit changes "
+                    "existing files; to create one, use write."
                 )
             except OSError as exc:
-                return ValidationResult.failed(f"{shown}: {exc.strerror}.")
+                return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
             if not stat.S_ISREG(mode):
-                return ValidationResult.failed(f"{shown} is not a regular file.")
+                return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
             return ctx.files.check_before_write(path)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
@@ -178,7 +198,7 @@ class EditTool(FileWritingTool):
         with open_path(args["path"], ctx, Access.WRITE) as target:
             shown = display(target.path, ctx)
             plan = plan_edit(_current(target, shown, ctx).data, args, shown)
-        return unified_diff(plan.old_text, plan.new_text, shown)
+        return plan.diff(shown)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
         with open_path(args["path"], ctx, Access.WRITE) as target:

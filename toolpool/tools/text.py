@@ -52,8 +52,8 @@ class TextDocument:
         """Decode a file's bytes; raises UnicodeDecodeError when they are not UTF-8."""
         bom = data.startswith(codecs.BOM_UTF8)
         text = data[len(codecs.BOM_UTF8) :].decode("utf-8") if bom else data.decode("utf-8")
-        newlines = text.count("\n")
-        crlf = newlines > 0 and text.count("\r\n") == newlines
+        # Counting CRLFs costs twice a count of newlines: only a text with a \r has any.
+        crlf = "\r" in text and text.count("\r\n") == text.count("\n") > 0
         return cls(text.replace("\r\n", "\n") if crlf else text, bom, crlf)
 
     def normalise(self, model_text: str) -> str:

@@ -60,15 +60,17 @@ class WriteTool(FileWritingTool):
         except ToolError as exc:
             return ValidationResult.failed(exc.message)
         with target:
-            shown = display(target.path, ctx)
+            # The path is shown (display resolves the workspace) only when refused.
             try:
                 mode = target.lstat().st_mode
             except FileNotFoundError:
                 return ValidationResult.passed()  # a new file needs no read (F3)
             except OSError as exc:
-                return ValidationResult.failed(f"{shown}: {exc.strerror}.")
+                return ValidationResult.failed(f"{display(target.path, ctx)}: {exc.strerror}.")
             if not stat.S_ISREG(mode):
-                return ValidationResult.failed(f"{shown} exists and is not a file.")
+                return ValidationResult.failed(
+                    f"{display(target.path, ctx)} exists and is not a file."
+                )
             return ctx.files.check_before_write(target.path)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
