@@ -3,8 +3,8 @@ they differ rather than from the whole file.
 
 ``difflib.SequenceMatcher`` costs time in proportion to the file (a 2,000-line file:
 milliseconds) even when one line changed. An edit knows where it changed the text, a
-write finds it; this module runs difflib's own algorithm (``_longest_match`` is
-``find_longest_match`` without junk) on those *windows* only, and returns the same
+write finds it; this module runs difflib's own matcher (``SequenceMatcher`` with the
+whole file's popular lines out of its index) on those *windows* only, and returns the same
 matching blocks the whole-file run returns — or None when it cannot prove that, and
 the caller runs difflib.
 
@@ -42,6 +42,7 @@ every line, so the cost is that of the windows and a few scans of the text.
 from __future__ import annotations
 
 import bisect
+import difflib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -459,58 +460,10 @@ def _adjacent_merged(blocks: list[Block], la: int, lb: int) -> list[Block]:
 
 
 def window_blocks(a: Sequence[str], b: Sequence[str], popular: set[str]) -> list[Block]:
-    """``SequenceMatcher(None, a, b).get_matching_blocks()`` before its sort and
-    merge, with ``popular`` (the whole file's) in place of the autojunk of ``b``."""
-    b2j: dict[str, list[int]] = {}
-    for j, line in enumerate(b):
-        if line not in popular:
-            b2j.setdefault(line, []).append(j)
-    blocks: list[Block] = []
-    queue = [(0, len(a), 0, len(b))]
-    while queue:
-        alo, ahi, blo, bhi = queue.pop()
-        i, j, k = found = _longest_match(a, b, b2j, alo, ahi, blo, bhi)
-        if k:
-            blocks.append(found)
-            if alo < i and blo < j:
-                queue.append((alo, i, blo, j))
-            if i + k < ahi and j + k < bhi:
-                queue.append((i + k, ahi, j + k, bhi))
-    return blocks
-
-
-def _longest_match(
-    a: Sequence[str],
-    b: Sequence[str],
-    b2j: dict[str, list[int]],
-    alo: int,
-    ahi: int,
-    blo: int,
-    bhi: int,
-) -> Block:
-    """``SequenceMatcher.find_longest_match`` (Python 3.11) with no junk: the longest
-    run of equal lines not popular, first in a then in b, extended by equal lines."""
-    besti, bestj, bestsize = alo, blo, 0
-    j2len: dict[int, int] = {}
-    nothing: list[int] = []
-    for i in range(alo, ahi):
-        j2lenget = j2len.get
-        newj2len: dict[int, int] = {}
-        for j in b2j.get(a[i], nothing):
-            if j < blo:
-                continue
-            if j >= bhi:
-                break
-            k = newj2len[j] = j2lenget(j - 1, 0) + 1
-            if k > bestsize:
-                besti, bestj, bestsize = i - k + 1, j - k + 1, k
-        j2len = newj2len
-    while besti > alo and bestj > blo and a[besti - 1] == b[bestj - 1]:
-        besti, bestj, bestsize = besti - 1, bestj - 1, bestsize + 1
-    while (
-        besti + bestsize < ahi
-        and bestj + bestsize < bhi
-        and a[besti + bestsize] == b[bestj + bestsize]
-    ):
-        bestsize += 1
-    return besti, bestj, bestsize
+    """``SequenceMatcher(None, a, b).get_matching_blocks()`` (without its end marker)
+    with ``popular`` (the whole file's) in place of the autojunk of ``b``: difflib's own
+    matcher, its index of ``b`` without the popular lines, as its autojunk leaves them."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for line in popular:
+        matcher.b2j.pop(line, None)  # type: ignore[attr-defined]  # (untyped, not private)
+    return [(i, j, k) for i, j, k in matcher.get_matching_blocks() if k]
