@@ -170,7 +170,7 @@ PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
 # -- the properties -------------------------------------------------------------------
 
 
-@pytest.mark.spec("P7")
+@pytest.mark.spec("P7", "H3")
 @PROPERTY
 @given(edits())
 def test_an_edit_preview_is_difflibs_diff(edit: tuple[bytes, dict[str, object]]) -> None:
@@ -181,7 +181,7 @@ def test_an_edit_preview_is_difflibs_diff(edit: tuple[bytes, dict[str, object]])
     assert plan.diff("f") == difflib_diff(plan.old_text, plan.new_text, "f")
 
 
-@pytest.mark.spec("P7")
+@pytest.mark.spec("P7", "H3")
 @PROPERTY
 @given(rewrites())
 def test_a_write_preview_is_difflibs_diff(contents: tuple[str, str]) -> None:
@@ -189,7 +189,7 @@ def test_a_write_preview_is_difflibs_diff(contents: tuple[str, str]) -> None:
     assert unified_diff(old, new, "f") == difflib_diff(old, new, "f")
 
 
-@pytest.mark.spec("P7")
+@pytest.mark.spec("P7", "H3")
 @PROPERTY
 @given(files())
 def test_a_new_files_preview_is_difflibs_diff(content: str) -> None:
