@@ -39,7 +39,7 @@ def _cpu_parts(v: dict[str, float]) -> str:
 
 
 def cpu_targets(cpu: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """The CPU-per-call targets of issue 13 (no-op calls, 2 workers)."""
+    """The CPU-per-call targets of the hot path (no-op calls, 2 workers)."""
     one, batch = cpu["one_call"]["median"], cpu["batch"]["median"]
     size = cpu["batch"]["size"]
     rows = [

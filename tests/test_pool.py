@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -107,11 +108,12 @@ async def test_D2_calls_run_in_worker_processes_not_the_coordinator(
 
 @pytest.mark.spec("D2")
 async def test_D2_two_pools_in_one_process_keep_their_workers_apart(
-    make_pool: PoolFactory, workspace: Path
+    make_pool: PoolFactory, workspace: Path, request: pytest.FixtureRequest
 ) -> None:
     # Given two pools of one process, each with its worker (and the worker's cgroups)
     first, second = await make_pool(max_workers=1), await make_pool(max_workers=1)
     coordinator = coordinator_on(second)
+    request.addfinalizer(coordinator.close)
     assert not (await call(coordinator, workspace, "noop")).is_error
     (pid,) = second.worker_pids().values()
     # When the first pool closes
@@ -306,7 +308,7 @@ async def test_D3_worker_reports_the_limits_it_was_given(
     assert rl["FSIZE"] == LIMITS.file_size_bytes
     assert report["cpu_used"] < rl["CPU"] <= report["cpu_used"] + LIMITS.cpu_seconds + 1
     if "memory" in pool.cgroup_controllers:
-        assert f"toolpool-{os.getpid()}/w" in report["cgroup"]
+        assert re.search(rf"toolpool-{os.getpid()}/t\d+-w\d+\n", report["cgroup"])
         assert report["cgroup_memory_limit"] == LIMITS.memory_bytes
     else:
         assert rl["AS"] != -1  # RLIMIT_AS bounds the call instead
