@@ -55,13 +55,17 @@ def start_background(
     if log_file is None:
         log_file = runtime / "daemon.log"
         argv += ["--log-file", str(log_file)]
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    # Its stderr goes to the log too: what it prints before its logging is set up, or
+    # a traceback it could not log, is then in the tail shown when it fails to start.
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as errors:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if process.poll() is not None:
