@@ -561,3 +561,12 @@ async def test_a_tool_module_that_does_not_import_fails_the_start_clearly(
     with pytest.raises(PoolError, match="no_such_module"):
         await pool.start()
     await pool.close()
+
+
+@pytest.mark.spec("D2")
+async def test_D2_a_runtime_dir_too_long_for_a_socket_is_a_clear_pool_error(
+    make_pool: PoolFactory, tmp_path: Path
+) -> None:
+    too_long = tmp_path / ("r" * 120)
+    with pytest.raises(PoolError, match="more than a Unix socket path may be"):
+        await make_pool(runtime_dir=too_long)

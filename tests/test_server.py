@@ -76,7 +76,8 @@ def echo(text: str) -> str:
 async def _turn_frames(tmp_path: Path, events: EventSelection, calls: int) -> list[list[str]]:
     """The event types of each TurnEvent frame a raw client receives for one turn of
     ``calls`` echo calls submitted with ``events``, until its turn_end."""
-    server = Server(Coordinator([echo]))
+    coordinator = Coordinator([echo])
+    server = Server(coordinator)
     endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
     server.start()
     context = zmq.asyncio.Context()
@@ -103,6 +104,7 @@ async def _turn_frames(tmp_path: Path, events: EventSelection, calls: int) -> li
         client.close(linger=0)
         context.term()
         await server.close()
+        coordinator.close()  # its sessions' scratch dirs
     return frames
 
 

@@ -24,7 +24,7 @@ import psutil
 import zmq
 
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.pool.workers import PoolConfig, Worker, WorkerState
+from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerState
 from toolpool.pool.zygote import Zygote, ZygoteError
 from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
@@ -41,6 +41,9 @@ from toolpool.sandbox.terminate import (
 )
 from toolpool.worker.main import WorkerConfig
 from toolpool.zmqloop import LoopSocket
+
+# sizeof(sockaddr_un.sun_path) on Linux, less its terminating NUL.
+SOCKET_PATH_MAX = 107
 
 log = logging.getLogger("toolpool.pool")
 
@@ -87,6 +90,13 @@ class WorkerProcesses:
             self._runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self._runtime_dir, 0o700)
         self.endpoint = f"ipc://{self._runtime_dir}/workers.sock"
+        socket_path = len(os.fsencode(self.endpoint.removeprefix("ipc://")))
+        if socket_path > SOCKET_PATH_MAX:  # say so, rather than fail in bind with a traceback
+            raise PoolError(
+                f"the workers' socket {self.endpoint.removeprefix('ipc://')} is {socket_path} "
+                f"bytes long, more than a Unix socket path may be ({SOCKET_PATH_MAX}): "
+                "use a shorter runtime dir (--runtime-dir, or a shorter TMPDIR)"
+            )
         # Workers and the commands they start never see the runtime dir (X2).
         self.policy = dataclasses.replace(
             self.config.policy, hidden=(*self.config.policy.hidden, str(self._runtime_dir))
