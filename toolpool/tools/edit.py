@@ -4,8 +4,9 @@ by the read-before-write invariant (F3) and renewing its stamp after (F5)."""
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
@@ -41,7 +42,7 @@ kept as they are.
 Prefer edit over write for changes to existing files, and over sed or echo in bash."""
 
 
-def _argument_problem(args: Arguments) -> str | None:
+def argument_problem(args: Arguments) -> str | None:
     """What is wrong with the arguments themselves, before looking at any file."""
     if args["old_string"] == args["new_string"]:
         return "old_string and new_string are the same: the edit would change nothing."
@@ -84,7 +85,7 @@ class EditPlan:
 def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
     """Apply the edit to ``data`` (the file ``shown``) in memory; a ToolError that
     helps when old_string is missing, ambiguous, or the arguments make no sense."""
-    problem = _argument_problem(args)
+    problem = argument_problem(args)
     if problem:
         raise ToolError(problem)
     try:
@@ -168,60 +169,95 @@ class EditTool(FileWritingTool):
 
     def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         """Cheap checks only (T4): the path, the arguments, a stat, the register (F3)."""
-        try:
-            target = open_path(args["path"], ctx, Access.WRITE)
-        except ToolError as exc:
-            return ValidationResult.failed(exc.message)
-        with target:
-            path = target.path
-            problem = _argument_problem(args)
-            if problem:
-                return ValidationResult.failed(problem)
-            # The path is shown (display resolves the workspace) only when refused.
-            try:
-                mode = target.lstat().st_mode
-            except FileNotFoundError:
-                similar = similar_names(path, ctx)
-                hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
-                return ValidationResult.failed(
-                    f"File does not exist: {display(path, ctx)}.{hint} edit changes "
-                    "existing files; to create one, use write."
-                )
-            except OSError as exc:
-                return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
-            if not stat.S_ISREG(mode):
-                return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
-            return ctx.files.check_before_write(path)
+        return validate_target(args["path"], ctx, argument_problem(args), self.name)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff the edit would make."""
-        with open_path(args["path"], ctx, Access.WRITE) as target:
-            shown = display(target.path, ctx)
-            plan = plan_edit(_current(target, shown, ctx).data, args, shown)
+        plan, shown = planned(
+            args["path"], ctx, lambda data, shown: plan_edit(data, args, shown), self.name
+        )
         return plan.diff(shown)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        with open_path(args["path"], ctx, Access.WRITE) as target:
-            path = target.path
-            shown = display(path, ctx)
-            current = _current(target, shown, ctx)
-            # F3 again, against the bytes about to be replaced: validate ran earlier.
-            ensure_unchanged_since_read(ctx, path, current.data)
-            plan = plan_edit(current.data, args, shown)
-            try:
-                written = write_atomic_at(target.dir_fd, target.name, plan.data)
-            except OSError as exc:
-                raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
-        record(ctx, path, Snapshot.written(plan.data, written), partial=False)  # F5
+        plan, shown = write_planned(
+            args["path"], ctx, lambda data, shown: plan_edit(data, args, shown), self.name
+        )
         return _summary(plan, shown)
 
 
-def _current(target: Resolved, shown: str, ctx: ToolContext) -> Snapshot:
+# --- what edit and multi_edit share: one file changed in memory, written once ---------
+
+
+class Planned(Protocol):
+    """A change worked out in memory: the file's new bytes."""
+
+    @property
+    def data(self) -> bytes: ...
+
+
+P = TypeVar("P", bound=Planned)
+Planner = Callable[[bytes, str], P]  # (the file's bytes, its shown name) -> the plan
+
+
+def validate_target(raw: str, ctx: ToolContext, problem: str | None, tool: str) -> ValidationResult:
+    """Cheap checks only (T4): the path, ``problem`` (what is wrong with the arguments
+    themselves), a stat, the register (F3)."""
+    try:
+        target = open_path(raw, ctx, Access.WRITE)
+    except ToolError as exc:
+        return ValidationResult.failed(exc.message)
+    with target:
+        path = target.path
+        if problem:
+            return ValidationResult.failed(problem)
+        # The path is shown (display resolves the workspace) only when refused.
+        try:
+            mode = target.lstat().st_mode
+        except FileNotFoundError:
+            similar = similar_names(path, ctx)
+            hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
+            return ValidationResult.failed(
+                f"File does not exist: {display(path, ctx)}.{hint} {tool} changes "
+                "existing files; to create one, use write."
+            )
+        except OSError as exc:
+            return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
+        if not stat.S_ISREG(mode):
+            return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
+        return ctx.files.check_before_write(path)
+
+
+def planned(raw: str, ctx: ToolContext, plan: Planner[P], tool: str) -> tuple[P, str]:
+    """The plan against the file as it is now (a preview), and the file's shown name."""
+    with open_path(raw, ctx, Access.WRITE) as target:
+        shown = display(target.path, ctx)
+        return plan(_current(target, shown, ctx, tool).data, shown), shown
+
+
+def write_planned(raw: str, ctx: ToolContext, plan: Planner[P], tool: str) -> tuple[P, str]:
+    """Plan against the file as it is now, write the new bytes atomically, renew the
+    stamp (F5); the plan and the file's shown name."""
+    with open_path(raw, ctx, Access.WRITE) as target:
+        path = target.path
+        shown = display(path, ctx)
+        current = _current(target, shown, ctx, tool)
+        # F3 again, against the bytes about to be replaced: validate ran earlier.
+        ensure_unchanged_since_read(ctx, path, current.data)
+        done = plan(current.data, shown)
+        try:
+            written = write_atomic_at(target.dir_fd, target.name, done.data)
+        except OSError as exc:
+            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+    record(ctx, path, Snapshot.written(done.data, written), partial=False)  # F5
+    return done, shown
+
+
+def _current(target: Resolved, shown: str, ctx: ToolContext, tool: str) -> Snapshot:
     """The file as it is now; a ToolError when it cannot be edited at all."""
     try:
         # Checked before opening: opening a named pipe would block.
         if not stat.S_ISREG(target.lstat().st_mode):
-            raise ToolError(f"{shown} is not a regular file; edit changes files.")
+            raise ToolError(f"{shown} is not a regular file; {tool} changes files.")
         return read_snapshot(target, shown)
     except FileNotFoundError:
         raise ToolError(
