@@ -282,6 +282,32 @@ def test_S5_abort_mid_turn(client: Client, workspace: Path) -> None:
     assert [r.text for r in results] == ["Tool execution cancelled."] * 2
 
 
+@pytest.mark.spec("S7", "S8", "D5")
+def test_S7_a_failed_call_stops_its_siblings_over_the_wire(client: Client, workspace: Path) -> None:
+    with client.session(workspace, on_error="cancel_siblings") as session:
+        turn = session.submit(
+            [
+                call("nap", "nap", seconds=60),
+                call("chore", "chore_until", name="flag"),
+                call("fails", "read", path="missing.txt"),
+                call("queued", "write", path="q.txt", content="q"),
+            ]
+        )
+        for event in turn:
+            if event.type.value == "tool_end" and event.call_id == "fails":
+                (workspace / "flag").write_text("")  # the block call may finish now
+        results = {r.call_id: r for r in turn.results()}
+    sibling = {"call_id": "fails", "reason": "sibling_failed"}
+    assert results["fails"].is_error
+    assert "skipped_because" not in results["fails"].details
+    assert results["nap"].error_code is ErrorCode.CANCELLED
+    assert results["nap"].details["skipped_because"] == sibling
+    assert not results["chore"].is_error  # "block": it finished
+    assert results["queued"].error_code is ErrorCode.SKIPPED
+    assert results["queued"].details["skipped_because"] == sibling
+    assert not (workspace / "q.txt").exists()
+
+
 # --- clients ------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ class CancelSource(StrEnum):
     ABORT = "abort"  # S5: the whole run was cancelled
     INTERRUPT = "interrupt"  # S4: the user sent a new message (steering)
     SHUTDOWN = "shutdown"  # the daemon is stopping
+    SIBLING = "sibling_failed"  # another call of the turn failed (on_error = cancel_siblings)
 
 
 class Cancelled(BaseException):
@@ -36,18 +37,21 @@ class CancelToken:
     than the rest of the token).
     """
 
-    __slots__ = ("_callbacks", "_event", "_source")
+    __slots__ = ("_callbacks", "_cause", "_event", "_source")
 
     def __init__(self) -> None:
         self._event: asyncio.Event | None = None
         self._source: CancelSource | None = None
+        self._cause: str | None = None
         self._callbacks: list[Callable[[CancelSource], None]] = []
 
-    def cancel(self, source: CancelSource) -> None:
-        """Ask the call to stop. Call from the event loop's thread."""
+    def cancel(self, source: CancelSource, cause: str | None = None) -> None:
+        """Ask the call to stop. Call from the event loop's thread. ``cause``: the id
+        of the call whose failure stopped this one (``SIBLING``)."""
         if self._source is not None:
             return
         self._source = source
+        self._cause = cause
         if self._event is not None:
             self._event.set()
         callbacks, self._callbacks = self._callbacks, []
@@ -76,6 +80,10 @@ class CancelToken:
     @property
     def source(self) -> CancelSource | None:
         return self._source
+
+    @property
+    def cause(self) -> str | None:
+        return self._cause
 
     async def wait(self) -> CancelSource:
         """Wait on the event loop until the token is cancelled; return its source."""

@@ -18,19 +18,56 @@ CANCELLED_MESSAGE = "Tool execution cancelled."
 SKIPPED_MESSAGE = "Skipped due to queued user message."
 INTERRUPTED_MESSAGE = "Tool execution interrupted by a queued user message."
 
+# details["skipped_because"]["reason"] of a call that was skipped or cancelled.
+_REASONS = {
+    CancelSource.INTERRUPT: "interrupt",
+    CancelSource.ABORT: "abort",
+    CancelSource.SHUTDOWN: "abort",  # the daemon's drain ends in an abort
+    CancelSource.SIBLING: "sibling_failed",
+}
 
-def cancelled_result(call: ToolCall, source: CancelSource | None) -> ToolResult:
-    """The result of a call stopped by ``source`` while it ran (S4, S5)."""
+
+def skipped_because(reason: str, call_id: str | None = None) -> dict[str, Any]:
+    """The machine-readable why of a skipped or cancelled call: ``reason`` is
+    "sibling_failed", "interrupt", "abort" or "breaker"; ``call_id`` the call whose
+    failure caused it (None for a stop the user asked for)."""
+    return {"skipped_because": {"call_id": call_id, "reason": reason}}
+
+
+def failed(result: ToolResult) -> bool:
+    """The call failed of its own: an error that no stop, breaker or sibling made."""
+    return result.is_error and "skipped_because" not in result.details
+
+
+def _stopped(
+    call: ToolCall, code: ErrorCode, text: str, source: CancelSource | None, cause: str | None
+) -> ToolResult:
+    reason = _REASONS[source or CancelSource.ABORT]
+    return ToolResult.error(call, code, text, skipped_because(reason, cause))
+
+
+def cancelled_result(
+    call: ToolCall, source: CancelSource | None, cause: str | None = None
+) -> ToolResult:
+    """The result of a call stopped by ``source`` while it ran (S4, S5, S7)."""
     if source is CancelSource.INTERRUPT:
-        return ToolResult.error(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE)
-    return ToolResult.error(call, ErrorCode.CANCELLED, CANCELLED_MESSAGE)
+        return _stopped(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE, source, cause)
+    if source is CancelSource.SIBLING:
+        text = f"Tool execution cancelled: call {cause} of the same turn failed."
+        return _stopped(call, ErrorCode.CANCELLED, text, source, cause)
+    return _stopped(call, ErrorCode.CANCELLED, CANCELLED_MESSAGE, source, cause)
 
 
-def never_started_result(call: ToolCall, source: CancelSource | None) -> ToolResult:
-    """The result of a call that was still queued when the turn stopped (S4, S5, P1)."""
+def never_started_result(
+    call: ToolCall, source: CancelSource | None, cause: str | None = None
+) -> ToolResult:
+    """The result of a call that was still queued when the turn stopped (S4, S5, S7, P1)."""
     if source is CancelSource.INTERRUPT:
-        return ToolResult.error(call, ErrorCode.SKIPPED, SKIPPED_MESSAGE)
-    return ToolResult.error(call, ErrorCode.CANCELLED, CANCELLED_MESSAGE)
+        return _stopped(call, ErrorCode.SKIPPED, SKIPPED_MESSAGE, source, cause)
+    if source is CancelSource.SIBLING:
+        text = f"Skipped: call {cause} of the same turn failed."
+        return _stopped(call, ErrorCode.SKIPPED, text, source, cause)
+    return _stopped(call, ErrorCode.CANCELLED, CANCELLED_MESSAGE, source, cause)
 
 
 def result_from_output(call: ToolCall, output: Any) -> ToolResult:

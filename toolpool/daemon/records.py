@@ -25,6 +25,7 @@ SESSION_OPTIONS = {
     "approval_timeout",
     "max_tool_concurrency",
     "turn_output_chars",
+    "on_error",
 }
 
 

@@ -165,6 +165,7 @@ class Requests:
                 max_tool_errors=options.get("max_tool_errors"),
                 limits=limits,
                 turn_output_chars=options.get("turn_output_chars"),
+                on_error=options.get("on_error", "continue"),
             )
         except (ValueError, TypeError, OSError) as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None

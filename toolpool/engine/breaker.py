@@ -53,9 +53,14 @@ class Breaker:
             raise ValueError("max_tool_errors must be >= 0 (0 disables the breaker)")
         self.max_tool_errors = max_tool_errors
         self._failures: dict[str, int] = {}
+        self._last_failure: dict[str, str] = {}  # tool name: the id of its last failed call
 
     def failures(self, tool_name: str) -> int:
         return self._failures.get(tool_name, 0)
+
+    def last_failure(self, tool_name: str) -> str | None:
+        """The id of the call whose failure was the last one counted for the tool."""
+        return self._last_failure.get(tool_name)
 
     def is_open(self, tool_name: str) -> bool:
         return self.max_tool_errors > 0 and self.failures(tool_name) >= self.max_tool_errors
@@ -65,8 +70,10 @@ class Breaker:
         effect = breaker_effect(result)
         if effect is BreakerEffect.FAILURE:
             self._failures[result.tool_name] = self.failures(result.tool_name) + 1
+            self._last_failure[result.tool_name] = result.call_id
         elif effect is BreakerEffect.RESET:
             self._failures.pop(result.tool_name, None)
+            self._last_failure.pop(result.tool_name, None)
         return effect
 
     def statistics(self) -> BreakerStatistics:

@@ -100,9 +100,11 @@ class Coordinator:
         max_tool_errors: int | None = None,
         limits: Mapping[str, Any] | None = None,
         turn_output_chars: int | None = None,
+        on_error: str = "continue",
     ) -> Session:
         """``turn_output_chars``: this session's turn output budget (L4); None takes
-        the coordinator's, 0 means none."""
+        the coordinator's, 0 means none. ``on_error``: "continue" or
+        "cancel_siblings" (S7)."""
         if session_id is not None and session_id in self.sessions:
             raise ValueError(f"session {session_id} is already open")
         session = Session(
@@ -116,6 +118,7 @@ class Coordinator:
             turn_output_chars=(
                 self.turn_output_chars if turn_output_chars is None else turn_output_chars
             ),
+            on_error=on_error,
         )
         if session.id in self.sessions:  # a random id met an open one
             raise ValueError(f"session {session.id} is already open")

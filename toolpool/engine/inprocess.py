@@ -111,7 +111,7 @@ class InProcessExecutor:
             # A thread cannot be cancelled: it is asked through ctx.cancelled.
             await asyncio.wait({work}, timeout=self.cancel_grace)
             if not work.done() or work.cancelled():
-                return cancelled_result(call, token.source)
+                return cancelled_result(call, token.source, token.cause)
         exc = work.exception()
         if exc is not None:
             return result_from_exception(call, exc)

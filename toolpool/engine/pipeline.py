@@ -38,7 +38,7 @@ from toolpool.models import (
     ToolUpdate,
     UpdateKind,
 )
-from toolpool.outcomes import cancelled_result, result_from_exception
+from toolpool.outcomes import cancelled_result, result_from_exception, skipped_because
 from toolpool.registry import ToolRegistry, ToolSpec
 
 EventSink = Callable[[Event], None]
@@ -125,7 +125,7 @@ class Pipeline:
         P5 check when it was made already (the turn made it to plan the call).
         """
         if token.requested:  # P1
-            result = cancelled_result(call, token.source)
+            result = cancelled_result(call, token.source, token.cause)
             return self.end_unstarted(call, session, emit, result, share=share)
         if session.breaker.is_open(call.name):  # P2
             failures = session.breaker.failures(call.name)
@@ -133,7 +133,8 @@ class Pipeline:
                 f'Tool "{call.name}" is disabled after {failures} consecutive errors. '
                 "Try a different approach or another tool."
             )
-            result = ToolResult.error(call, ErrorCode.BREAKER_OPEN, message)
+            because = skipped_because("breaker", session.breaker.last_failure(call.name))
+            result = ToolResult.error(call, ErrorCode.BREAKER_OPEN, message, because)
             return self.end_unstarted(call, session, emit, result, share=share)
 
         spec = self.registry.get(call.name)
@@ -246,13 +247,13 @@ class Pipeline:
             request = GateRequest(spec, call, spec.label(), preview, session.id)
             decided = await _unless_cancelled(_ask(flight.gate, request), token)
             if decided is None:
-                return cancelled_result(call, token.source)
+                return cancelled_result(call, token.source, token.cause)
             if not decided.allowed:
                 reason = decided.reason or f'The user did not allow "{call.name}".'
                 return ToolResult.error(call, ErrorCode.DENIED, reason)
 
         if token.requested:
-            return cancelled_result(call, token.source)
+            return cancelled_result(call, token.source, token.cause)
         try:  # P9, P10
             result = await self._execute(ExecutionRequest(spec, call, ctx, session.limits))
         except Exception as exc:  # a middleware or executor broke its contract

@@ -141,6 +141,11 @@ class TurnScheduler:
         return StopPlan(cancel, never_started)
 
     @property
+    def stopped(self) -> bool:
+        """An interrupt, an abort or a sibling's failure stopped the turn."""
+        return self._stopped
+
+    @property
     def done(self) -> bool:
         return all(s is CallState.DONE for s in self._state)
 

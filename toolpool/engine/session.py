@@ -19,6 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,21 @@ from toolpool.runtime import private_dir
 from toolpool.tool import ToolContext
 
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+class OnError(StrEnum):
+    """What a failed call does to the other calls of its turn (SPEC S7)."""
+
+    CONTINUE = "continue"  # nothing: every call runs to its own end
+    CANCEL_SIBLINGS = "cancel_siblings"  # the rest of the turn stops as on an interrupt
+
+
+def on_error_mode(value: str) -> OnError:
+    try:
+        return OnError(value)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in OnError)
+        raise ValueError(f"on_error must be one of {allowed}, not {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +70,7 @@ class Session:
         limits: Mapping[str, Any] | None = None,
         scratch_root: Path | None = None,
         turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
+        on_error: str = OnError.CONTINUE,
     ) -> None:
         root = Path(workspace).resolve()
         if not root.is_dir():
@@ -65,6 +82,7 @@ class Session:
         self.limits = dict(limits or {})  # resource limit overrides for this session's calls
         self.breaker = Breaker(max_tool_errors)
         self.turn_output_chars = check_turn_output_chars(turn_output_chars)  # 0: none
+        self.on_error = on_error_mode(on_error)
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()
         # Private (0700) before any tool writes there; removed by close().

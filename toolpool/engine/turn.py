@@ -23,7 +23,7 @@ from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
 from toolpool.engine.pipeline import EventSink, Pipeline
 from toolpool.engine.scheduler import CallState, StopPlan, TurnScheduler
-from toolpool.engine.session import Session
+from toolpool.engine.session import OnError, Session
 from toolpool.models import (
     Event,
     MessageEnd,
@@ -33,7 +33,7 @@ from toolpool.models import (
     ToolResult,
     TurnEnd,
 )
-from toolpool.outcomes import never_started_result
+from toolpool.outcomes import failed, never_started_result
 from toolpool.tool import InterruptBehavior
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class Turn:
         self._results: list[ToolResult | None] = [None] * len(self.calls)
         self._task: asyncio.Task[tuple[ToolResult, ...]] | None = None
         self._plans: list[CallPlan] = []  # made when the turn starts
+        self._cancels_siblings = session.on_error is OnError.CANCEL_SIBLINGS
 
     # -- control -------------------------------------------------------------------
 
@@ -157,12 +158,12 @@ class Turn:
         )
         self._carry_out(plan, source)
 
-    def _carry_out(self, plan: StopPlan, source: CancelSource) -> None:
+    def _carry_out(self, plan: StopPlan, source: CancelSource, cause: str | None = None) -> None:
         for i in plan.cancel:
-            self._tokens[i].cancel(source)
+            self._tokens[i].cancel(source, cause)
         for i in plan.never_started:
             call = self.calls[i]
-            result = never_started_result(call, source)
+            result = never_started_result(call, source, cause)
             self._results[i] = self._pipeline.end_unstarted(
                 call, self.session, self._emit, result, share=self.share
             )
@@ -301,6 +302,10 @@ class Turn:
                     self._results[i] = outcome
                     scheduler.finish(i)
                     running -= 1
+                    if failed(outcome) and self._cancels_siblings and not scheduler.stopped:
+                        # S7: the rest of the turn stops as on an interrupt.
+                        stop = scheduler.interrupt()
+                        self._carry_out(stop, CancelSource.SIBLING, self.calls[i].id)
                 continue
             statistics = scheduler.statistics()
             if not running and (self._closed or statistics.stopped) and not statistics.queued:

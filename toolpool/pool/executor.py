@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from toolpool.cancel import CancelToken
 from toolpool.engine.executor import ExecutionRequest
 from toolpool.file_reads import FileReadRegister, apply_changes
 from toolpool.models import ErrorCode, ToolCall, ToolResult
@@ -73,10 +74,10 @@ class PoolExecutor:
             limits=limits,
         )
         apply_changes(ctx.files, outcome.stamps)
-        return self._result(call, outcome, ctx.cancel_token.source)
+        return self._result(call, outcome, ctx.cancel_token)
 
     @staticmethod
-    def _result(call: ToolCall, outcome: PoolOutcome, source: Any) -> ToolResult:
+    def _result(call: ToolCall, outcome: PoolOutcome, token: CancelToken) -> ToolResult:
         details: dict[str, Any] = {}
         if outcome.usage:
             details["usage"] = outcome.usage
@@ -86,7 +87,7 @@ class PoolExecutor:
             details["escalation"] = outcome.escalation.value
         match outcome.status:
             case OutcomeStatus.UNSTARTED | OutcomeStatus.CANCELLED:
-                result = cancelled_result(call, source)
+                result = cancelled_result(call, token.source, token.cause)
             case OutcomeStatus.LOST:
                 details["cause"] = outcome.cause
                 result = ToolResult.error(
