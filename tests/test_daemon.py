@@ -288,7 +288,7 @@ def test_S7_a_failed_call_stops_its_siblings_over_the_wire(client: Client, works
         turn = session.submit(
             [
                 call("nap", "nap", seconds=60),
-                call("chore", "chore_until", name="flag"),
+                ToolCall("chore", "chore_until", {"name": "flag"}),
                 call("fails", "read", path="missing.txt"),
                 call("queued", "write", path="q.txt", content="q"),
             ]
