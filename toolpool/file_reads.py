@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -130,31 +130,37 @@ class FileReadRegister:
             return Freshness.CHANGED  # deleted or unreadable since the read
         return Freshness.FRESH if content_hash(data) == stamp.content_hash else Freshness.CHANGED
 
-    def check_before_write(self, path: str | os.PathLike[str]) -> ValidationResult:
+    def check_before_write(
+        self, path: str | os.PathLike[str], *, shown: Callable[[], str] | None = None
+    ) -> ValidationResult:
         """F3: the check edit and write run in ``validate``.
 
         A file that does not exist needs no read. Otherwise: never or partly read →
-        code 2; changed since → code 3; read and unchanged → passes.
+        code 2; changed since → code 3; read and unchanged → passes. A refusal names
+        the file as ``shown()`` gives it (the tools give its workspace-relative form,
+        SPEC E4; called only for a refusal), else as ``path``.
         """
         if not os.path.lexists(path):
             return ValidationResult.passed()
-        match self.freshness(path):
-            case Freshness.FRESH:
-                return ValidationResult.passed()
+        freshness = self.freshness(path)
+        if freshness is Freshness.FRESH:
+            return ValidationResult.passed()
+        name = os.fspath(path) if shown is None else shown()
+        match freshness:
             case Freshness.NEVER_READ:
                 return ValidationResult.failed(
-                    f"File {path} has not been read yet. Read it first before writing to it.",
+                    f"File {name} has not been read yet. Read it first before writing to it.",
                     CODE_NOT_READ,
                 )
             case Freshness.PARTIAL:
                 return ValidationResult.failed(
-                    f"File {path} was only partly read (offset/limit, or its output was cut). "
+                    f"File {name} was only partly read (offset/limit, or its output was cut). "
                     "Read the whole file before writing to it.",
                     CODE_NOT_READ,
                 )
             case Freshness.CHANGED:
                 return ValidationResult.failed(
-                    f"File {path} has been modified since it was read, either by the user "
+                    f"File {name} has been modified since it was read, either by the user "
                     "or by a linter. Read it again before writing to it.",
                     CODE_STALE,
                 )

@@ -35,6 +35,7 @@ from toolpool.sandbox.terminate import (
     terminate,
 )
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
+from toolpool.tools.paths import display
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
@@ -321,13 +322,14 @@ class Bash:
         if timed_out:
             lines.append(f"Command timed out after {timeout:g} s and was stopped.")
         lines.append(f"Exit code: {exit_code}")
+        spill = display(output.spill_path, ctx)  # in the scratch dir: absolute
         if output.spill_truncated:
             lines.append(
-                f"Output ({output.total_chars} characters) saved to {output.spill_path}, "
+                f"Output ({output.total_chars} characters) saved to {spill}, "
                 f"truncated at {limits.spill_bytes} bytes (the spill_bytes limit)."
             )
         elif cut:
-            lines.append(f"Full output ({output.total_chars} characters): {output.spill_path}")
+            lines.append(f"Full output ({output.total_chars} characters): {spill}")
         if timed_out:
             raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
         return "\n".join(lines)

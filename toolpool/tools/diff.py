@@ -20,14 +20,27 @@ MAX_DIFF_CHARS = 100_000
 _NO_NEWLINE = "\\ No newline at end of file\n"
 
 
+def _header(side: str, name: str) -> str:
+    """The name of one side (``a`` or ``b``) of a diff's header, as git writes it: a
+    workspace-relative ``name`` under ``a/`` or ``b/``, a quoted one with the prefix
+    inside its quotes (``"a/we\\nird.txt"``), an absolute one (a file in an extra root)
+    as it is."""
+    if name.startswith(("/", '"/')):
+        return name
+    if name.startswith('"'):
+        return f'"{side}/{name[1:]}'
+    return f"{side}/{name}"
+
+
 def unified_diff(old: str, new: str, name: str, *, created: bool = False) -> str:
     """The unified diff from ``old`` to ``new`` of the file ``name`` (3 lines of
-    context); ``created`` diffs from ``/dev/null``. Empty when nothing changes."""
-    fromfile = "/dev/null" if created else f"a/{name}"
+    context; ``name`` as paths.display writes it); ``created`` diffs from
+    ``/dev/null``. Empty when nothing changes."""
+    fromfile = "/dev/null" if created else _header("a", name)
     if old == new:
         return ""
     if not old:
-        return _all_added(new, fromfile, f"b/{name}")
+        return _all_added(new, fromfile, _header("b", name))
     # One region: from the line of the first difference to the identical end.
     start = old.rfind("\n", 0, _first_difference(old, new)) + 1
     a_end, b_end = _common_end(old, new, start)
@@ -51,7 +64,7 @@ def replacement_diff(
         grown = shift + added - removed
         regions.append((a_at, a_end, a_at + shift, a_end + grown))
         shift = grown
-    return _diff(old, new, regions, f"a/{name}", name)
+    return _diff(old, new, regions, _header("a", name), name)
 
 
 def _diff(
@@ -61,10 +74,10 @@ def _diff(
     if match is None:  # not proven the same as difflib's: difflib itself
         return _cut(
             difflib.unified_diff(
-                lines_of(old), lines_of(new), fromfile=fromfile, tofile=f"b/{name}"
+                lines_of(old), lines_of(new), fromfile=fromfile, tofile=_header("b", name)
             )
         )
-    return _cut(_formatted(match, fromfile, f"b/{name}"))
+    return _cut(_formatted(match, fromfile, _header("b", name)))
 
 
 def _common_end(old: str, new: str, start: int) -> tuple[int, int]:

@@ -224,7 +224,7 @@ def validate_target(raw: str, ctx: ToolContext, problem: str | None, tool: str) 
             return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
         if not stat.S_ISREG(mode):
             return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
-        return ctx.files.check_before_write(path)
+        return ctx.files.check_before_write(path, shown=lambda: display(path, ctx))
 
 
 def planned(raw: str, ctx: ToolContext, plan: Planner[P], tool: str) -> tuple[P, str]:

@@ -10,7 +10,15 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, Resolved, display, open_path, stat_beneath
+from toolpool.tools.paths import (
+    Access,
+    Resolved,
+    display,
+    display_in,
+    open_path,
+    real_workspace,
+    stat_beneath,
+)
 from toolpool.tools.ripgrep import run_ripgrep
 from toolpool.tools.suggest import missing_file_message
 
@@ -84,7 +92,8 @@ class GlobTool(ReadingTool):
             return f"{found}\n[rg: {problem}]" if problem else found
         newest_first = sorted(matched, key=lambda rel: (-_mtime(directory, rel), rel))
         shown = newest_first[: self.max_results]
-        lines = [display(root / rel, ctx) for rel in shown]
+        workspace = real_workspace(ctx)
+        lines = [display_in(root / rel, workspace) for rel in shown]
         if len(newest_first) > len(shown):
             lines.append(
                 f"[{len(newest_first)} files match; showing the {len(shown)} most recently "
@@ -123,8 +132,10 @@ def _list_files(
         return True
 
     # No path argument: rg lists the working directory, with paths relative to it,
-    # and --glob patterns are anchored there.
-    outcome = run_ripgrep(["--files", *extra], root, ctx, take, cwd_fd=directory)
+    # and --glob patterns are anchored there. NUL-ended: a name may hold a newline.
+    outcome = run_ripgrep(
+        ["--files", "--null", *extra], root, ctx, take, cwd_fd=directory, separator=b"\0"
+    )
     if outcome.code == 2 and not files:
         raise ToolError(f"ripgrep failed: {outcome.stderr or 'exit code 2'}")
     return files, outcome.stderr if outcome.code == 2 else ""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
@@ -11,7 +13,14 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, display, open_path, stat_beneath
+from toolpool.tools.paths import (
+    Access,
+    display,
+    display_in,
+    open_path,
+    real_workspace,
+    stat_beneath,
+)
 from toolpool.tools.ripgrep import RipgrepExit, run_ripgrep
 from toolpool.tools.suggest import missing_file_message
 from toolpool.tools.text import cut_line
@@ -148,29 +157,45 @@ class GrepTool(ReadingTool):
         argv = [*_rg_flags(args, mode), "--", args["pattern"]]
         if not searches_directory:
             argv.append(target.name)
-        where = display(cwd, ctx)
-        prefix = "" if where == "." else f"{where}/"
+        workspace = real_workspace(ctx)
+
+        def name(rel: str) -> str:
+            return display_in(cwd / rel, workspace)
+
         output = _Output(self.max_output_chars, args.get("head_limit"))
-        if mode == "content":
+        if mode == "files_with_matches":
+            paths: list[str] = []
 
-            def take(line: str) -> bool:
-                return output.add(line if line == "--" else prefix + cut_line(line))
-
-            outcome = run_ripgrep(argv, cwd, ctx, take, cwd_fd=cwd_fd)
-            header = ""
-        else:
-            entries: list[str] = []
-
-            def collect(line: str) -> bool:
-                entries.append(line)
+            def collect(path: str) -> bool:
+                paths.append(path)
                 return True
 
-            outcome = run_ripgrep(argv, cwd, ctx, collect, cwd_fd=cwd_fd)
-            if mode == "count":
-                header = _counts(entries, prefix, output)
+            outcome = run_ripgrep(argv, cwd, ctx, collect, cwd_fd=cwd_fd, separator=b"\0")
+            header = _files(paths, cwd_fd, name, output)
+        else:
+            where = display_in(cwd, workspace)
+            lines = _PathLines(name, "" if where == "." else f"{where}/")
+            if mode == "content":
+                numbered = bool(args.get("-n", True))
+
+                def take(line: str) -> bool:
+                    return all(output.add(shown) for shown in lines.content(line, numbered))
+
+                outcome = run_ripgrep(argv, cwd, ctx, take, cwd_fd=cwd_fd)
+                if outcome.code is not None:  # rg ended by itself: what is left is whole
+                    for shown in lines.leftover():
+                        output.add(shown)
+                header = ""
             else:
-                header = _files(entries, cwd_fd, prefix, output)
-        return _finish(outcome, header, output, args["pattern"], display(target, ctx))
+                counts: list[tuple[str, int]] = []
+
+                def count(line: str) -> bool:
+                    counts.extend(lines.counts(line))
+                    return True
+
+                outcome = run_ripgrep(argv, cwd, ctx, count, cwd_fd=cwd_fd)
+                header = _counts(counts, output)
+        return _finish(outcome, header, output, args["pattern"], display_in(target, workspace))
 
 
 def _rg_flags(args: Arguments, mode: str) -> list[str]:
@@ -184,16 +209,83 @@ def _rg_flags(args: Arguments, mode: str) -> list[str]:
         flags.append(f"--glob={args['glob']}")
     if args.get("type"):
         flags.append(f"--type={args['type']}")
+    # --null: every path rg prints ends in a NUL, so that a name holding a newline
+    # is still one name (_PathLines).
     if mode == "files_with_matches":
-        flags.append("--files-with-matches")
+        flags += ["--files-with-matches", "--null"]
     elif mode == "count":
-        flags += ["--count", "--with-filename"]
+        flags += ["--count", "--with-filename", "--null"]
     else:
         # Sorted, so that the same search gives the same (and the same cut) output.
-        flags += ["--no-heading", "--with-filename", "--sort=path"]
-        flags.append("--line-number" if args.get("-n", True) else "--no-line-number")
+        # Line numbers always: they tell a match (N:) from context (N-), which --null
+        # would hide; -n false drops them again. The context separator starts with a
+        # NUL, which no path can.
+        flags += ["--no-heading", "--with-filename", "--sort=path", "--line-number"]
+        flags += ["--null", f"--context-separator={_RG_SEPARATOR}"]
         flags += [f"{flag}={args[key]}" for key, flag in _CONTEXT_FLAGS if key in args]
     return flags
+
+
+_RG_SEPARATOR = "\\x00--"  # rg reads the escape: a NUL, then rg's usual "--"
+_NUMBERED = re.compile(r"(\d+)([:-])")
+
+
+class _PathLines:
+    """rg's ``--null`` output lines as the tool writes them: each path rg printed
+    (``path NUL rest``) named by ``name`` (paths.display_in, quoted when needed). A
+    path may hold newlines, so a line without a NUL is the start of a path whose line
+    goes on in the next one; what rg says of its own (a "binary file matches" note)
+    is kept as it came, under ``prefix`` (the searched directory)."""
+
+    def __init__(self, name: Callable[[str], str], prefix: str) -> None:
+        self.name = name
+        self.prefix = prefix
+        self.pending: list[str] = []
+
+    def _records(self, line: str) -> list[tuple[str | None, str]]:
+        """(path, rest) for a path's line, (None, text) for one of rg's own."""
+        if line == "\0--":
+            return [*self._strays(), (None, "--")]
+        path, nul, rest = line.partition("\0")
+        if not nul:
+            self.pending.append(line)
+            return []
+        path = "\n".join([*self.pending, path])
+        self.pending = []
+        return [(path, rest)]
+
+    def _strays(self) -> list[tuple[str | None, str]]:
+        strays: list[tuple[str | None, str]] = [(None, self.prefix + line) for line in self.pending]
+        self.pending = []
+        return strays
+
+    def content(self, line: str, numbered: bool) -> list[str]:
+        """Content mode: ``path:N:text`` for a match, ``path-N-text`` for context
+        (without ``N`` when not ``numbered``), ``--`` between groups."""
+        shown = []
+        for path, rest in self._records(line):
+            if path is None:
+                shown.append(cut_line(rest))
+                continue
+            number = _NUMBERED.match(rest)
+            if number is None:  # not a line of matches: kept as rg wrote it
+                shown.append(cut_line(f"{self.name(path)}:{rest}"))
+                continue
+            text = rest if numbered else rest[number.end() :]
+            shown.append(cut_line(f"{self.name(path)}{number.group(2)}{text}"))
+        return shown
+
+    def counts(self, line: str) -> list[tuple[str, int]]:
+        """Count mode: (the path as shown, its count)."""
+        return [
+            (self.name(path), int(rest))
+            for path, rest in self._records(line)
+            if path is not None and rest.isdigit()
+        ]
+
+    def leftover(self) -> list[str]:
+        """What is left when rg is done: lines of its own that no NUL followed."""
+        return [cut_line(text) for _, text in self._strays()]
 
 
 class _Output:
@@ -219,7 +311,7 @@ class _Output:
         return False
 
 
-def _files(paths: list[str], cwd_fd: int, prefix: str, output: _Output) -> str:
+def _files(paths: list[str], cwd_fd: int, name: Callable[[str], str], output: _Output) -> str:
     """Fill ``output`` with the matching files, newest first; return the header."""
 
     def newest_first(rel: str) -> tuple[int, str]:
@@ -229,16 +321,16 @@ def _files(paths: list[str], cwd_fd: int, prefix: str, output: _Output) -> str:
             return 0, rel
 
     for rel in sorted(paths, key=newest_first):
-        if not output.add(prefix + rel):
+        if not output.add(name(rel)):
             break
     return f"Found {len(paths)} {'file' if len(paths) == 1 else 'files'}" if paths else ""
 
 
-def _counts(lines: list[str], prefix: str, output: _Output) -> str:
+def _counts(counts: list[tuple[str, int]], output: _Output) -> str:
     """Fill ``output`` with path:count lines by path; return the header with the total."""
-    counts = sorted((rel, int(n)) for rel, _, n in (line.rpartition(":") for line in lines))
-    for rel, n in counts:
-        if not output.add(f"{prefix}{rel}:{n}"):
+    counts = sorted(counts)
+    for shown, n in counts:
+        if not output.add(f"{shown}:{n}"):
             break
     if not counts:
         return ""

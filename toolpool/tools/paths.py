@@ -32,8 +32,13 @@ it reaches the workspace, or a ``..`` out of a root) is looked at by name: symli
 there are resolved with ``os.path.realpath``, and the walk goes on by fd only once it
 is back under a root, so that part can choose which root, never reach outside one.
 
-Paths in tool output are written relative to the workspace when they lie inside it
-and absolute otherwise (``display``); both forms are valid input again.
+Every path a tool message names — results, refusals, previews, summaries — is written
+by ``display`` (a resolved path) or ``display_spelling`` (the model's own spelling, for
+a path that did not resolve): relative to the workspace when it lies inside it, ``.``
+for the workspace itself, absolute otherwise (SPEC E4), never ``../…``. A name that
+could be read as something else — a newline or another character that is not
+printable, space at either end, a leading double quote — is written as a quoted
+string with escapes (``quote``), so a message never names a different file.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import os
 import stat
 from collections import deque
 from enum import Enum
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from types import TracebackType
 
 from toolpool.errors import ToolError
@@ -132,7 +137,8 @@ class Resolved:
             # directory: something swaps it. Refused, like any path that leads out.
             if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and self._swapped()):
                 raise ToolError(
-                    f"Access denied: {self.path} changed while it was being opened "
+                    f"Access denied: {display_in(self.path, self.roots[0])} changed while "
+                    "it was being opened "
                     "(it is now a symlink, or no longer a directory). Try again once "
                     "it holds still."
                 ) from exc
@@ -162,6 +168,10 @@ class Resolved:
             self.missing = self.missing[1:]
 
 
+class _TooManyLinks(Exception):
+    """More than ``_MAX_SYMLINKS`` symlinks on the way."""
+
+
 class _Escape(Exception):
     """The walk left every root; ``where`` is the path it reached."""
 
@@ -177,8 +187,7 @@ def _under(path: PurePosixPath | Path, root: Path) -> bool:
 class _Walk:
     """One resolution: the state of the walk, and the fds it holds."""
 
-    def __init__(self, raw: str, roots: list[Path]) -> None:
-        self.raw = raw
+    def __init__(self, roots: list[Path]) -> None:
         self.roots = roots
         self.root_fds: dict[Path, int] = {}
         self.root: Path | None = None  # the root the walk is under, None outside all
@@ -298,7 +307,7 @@ class _Walk:
         followed only when the target, normalised, stays under a root."""
         self.links += 1
         if self.links > _MAX_SYMLINKS:
-            raise ToolError(f"{self.raw}: too many levels of symbolic links.")
+            raise _TooManyLinks
         where = PurePosixPath(os.path.normpath(os.path.join(directory, target)))
         if self._root_of(where) is None:
             raise _Escape(str(where))
@@ -317,7 +326,7 @@ class _Walk:
         if is_link:
             self.links += 1
             if self.links > _MAX_SYMLINKS:
-                raise ToolError(f"{self.raw}: too many levels of symbolic links.")
+                raise _TooManyLinks
             self._seat(PurePosixPath(os.path.realpath(path)))
         else:
             self.outside = path
@@ -346,13 +355,15 @@ class _Walk:
 def _denied(raw: str, where: str, joined: str, roots: list[Path], ctx: ToolContext) -> ToolError:
     # Only for the message: did the spelling stay inside, so that a symlink led out?
     lexical = Path(os.path.normpath(joined))
+    spelled = display_spelling(raw, ctx)
+    outside = display_in(PurePosixPath(where), roots[0])  # outside every root: absolute
     if any(_under(lexical, root) for root in roots):
-        why = f"{raw} is a symlink (or lies under one) that points outside, to {where}"
+        why = f"{spelled} is a symlink (or lies under one) that points outside, to {outside}"
     else:
-        why = f"{raw} resolves to {where}, outside the workspace {ctx.workspace}"
+        why = f"{spelled} resolves to {outside}, outside the workspace {quote(str(ctx.workspace))}"
     reach = "under the workspace"
     if ctx.extra_roots:
-        reach += " or the extra roots " + ", ".join(str(r) for r in ctx.extra_roots)
+        reach += " or the extra roots " + ", ".join(quote(str(r)) for r in ctx.extra_roots)
     return ToolError(f"Access denied: {why}. File tools may only reach paths {reach}.")
 
 
@@ -372,13 +383,17 @@ def open_path(raw: str, ctx: ToolContext, access: Access) -> Resolved:
         raise ToolError("The path contains a NUL character.")
     roots = allowed_roots(ctx, access)
     joined = os.path.join(ctx.workspace, raw)  # an absolute ``raw`` replaces the workspace
-    walk = _Walk(raw, roots)
+    walk = _Walk(roots)
     try:
         resolved = walk.run(joined)
     except _Escape as escape:
         raise _denied(raw, escape.where, joined, roots, ctx) from None
+    except _TooManyLinks:
+        spelled = display_spelling(raw, ctx)
+        raise ToolError(f"{spelled}: too many levels of symbolic links.") from None
     except OSError as exc:
-        raise ToolError(f"{raw} cannot be resolved: {exc.strerror or exc}.") from None
+        spelled = display_spelling(raw, ctx)
+        raise ToolError(f"{spelled} cannot be resolved: {exc.strerror or exc}.") from None
     finally:
         walk.close()
     if active_policy().is_hidden(resolved.path, roots):
@@ -394,11 +409,58 @@ def resolve(raw: str, ctx: ToolContext, access: Access) -> Path:
         return resolved.path
 
 
-def display(path: Path, ctx: ToolContext) -> str:
-    """How tool output names ``path``: workspace-relative inside it, absolute outside."""
-    workspace = Path(os.path.realpath(ctx.workspace))
+def real_workspace(ctx: ToolContext) -> Path:
+    """The workspace's real path, which resolved paths are compared with."""
+    return Path(os.path.realpath(ctx.workspace))
+
+
+def display(path: PurePath, ctx: ToolContext) -> str:
+    """How a tool message names ``path`` (a real path, as resolution gives it):
+    workspace-relative inside it, absolute outside (SPEC E4), quoted when needed."""
+    return display_in(path, real_workspace(ctx))
+
+
+def display_in(path: PurePath, workspace: Path) -> str:
+    """``display`` against ``workspace`` (a real path), for callers that name many
+    paths of one call and resolve the workspace once."""
     if path == workspace:
         return "."
     if path.is_relative_to(workspace):
-        return str(path.relative_to(workspace))
-    return str(path)
+        return quote(str(path.relative_to(workspace)))
+    return quote(str(path))
+
+
+def display_spelling(raw: str, ctx: ToolContext) -> str:
+    """How a message names a path the model spelled that did not resolve (a refusal):
+    as written, but workspace-relative when it is an absolute spelling below the
+    workspace without ``..`` (the same file either way; with a ``..`` after a symlink
+    the lexical form could name another), quoted when needed."""
+    spelled = Path(raw)
+    if spelled.is_absolute() and ".." not in spelled.parts:
+        for workspace in (Path(ctx.workspace), real_workspace(ctx)):
+            if spelled.is_relative_to(workspace):
+                return display_in(spelled, workspace)
+    return quote(raw)
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def quote(name: str) -> str:
+    """``name`` as it is, or — when it could be read as something else: a character
+    that is not printable (a newline, a control or bidi character, a byte that is not
+    UTF-8), space at either end, a leading double quote — as a double-quoted string
+    with backslash escapes (``"we\\nird.txt"``). A quoted form never equals a name
+    shown as it is, which never starts with a double quote."""
+    if name.isprintable() and name == name.strip() and not name.startswith('"'):
+        return name
+    return '"' + "".join(_escaped(c) for c in name) + '"'
+
+
+def _escaped(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

@@ -75,8 +75,9 @@ def ripgrep_executable() -> str:
     return found
 
 
-def _decode(raw: bytes | bytearray) -> str:
-    return bytes(raw).decode("utf-8", errors="replace").removesuffix("\r")
+def _decode(raw: bytes | bytearray, separator: bytes) -> str:
+    text = bytes(raw).decode("utf-8", errors="replace")
+    return text.removesuffix("\r") if separator == b"\n" else text
 
 
 # Outside the roots, what rg reads to start and run (ldd lists the libraries).
@@ -162,10 +163,13 @@ def run_ripgrep(
     on_line: Callable[[str], bool],
     *,
     cwd_fd: int | None = None,
+    separator: bytes = b"\n",
 ) -> RipgrepExit:
     """Run ``rg RIPGREP_DEFAULTS + args`` in ``cwd`` and pass each output line to
     ``on_line`` as it comes; ``on_line`` answers False to stop early. With
-    ``cwd_fd`` (an fd of ``cwd``), rg starts in that directory through the fd."""
+    ``cwd_fd`` (an fd of ``cwd``), rg starts in that directory through the fd. With
+    ``separator=b"\0"`` (rg's ``--null`` lists of paths) ``on_line`` gets each
+    NUL-ended record whole, newlines in file names included."""
     argv = ripgrep_argv(args, cwd, ctx)
     # Opened here: the restricted thread that starts rg may not open /dev/null.
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -188,14 +192,17 @@ def run_ripgrep(
         os.close(devnull)
     with process as proc:  # leaving the block closes the pipes and reaps rg
         try:
-            return _pump(proc, ctx, on_line)
+            return _pump(proc, ctx, on_line, separator)
         finally:
             if proc.poll() is None:
                 proc.kill()
 
 
 def _pump(
-    proc: subprocess.Popen[bytes], ctx: ToolContext, on_line: Callable[[str], bool]
+    proc: subprocess.Popen[bytes],
+    ctx: ToolContext,
+    on_line: Callable[[str], bool],
+    separator: bytes,
 ) -> RipgrepExit:
     """Feed rg's stdout to ``on_line`` line by line until rg ends or the caller stops."""
     assert proc.stdout is not None
@@ -218,10 +225,10 @@ def _pump(
                     stderr += chunk[: _MAX_STDERR_BYTES - len(stderr)]
                 else:
                     pending += chunk
-                    *lines, pending = pending.split(b"\n")
+                    *lines, pending = pending.split(separator)
                     for line in lines:
-                        if not on_line(_decode(line)):
-                            return RipgrepExit(None, _decode(stderr).strip())
-    if pending and not on_line(_decode(pending)):
-        return RipgrepExit(None, _decode(stderr).strip())
-    return RipgrepExit(proc.wait(), _decode(stderr).strip())
+                        if not on_line(_decode(line, separator)):
+                            return RipgrepExit(None, _decode(stderr, b"\n").strip())
+    if pending and not on_line(_decode(pending, separator)):
+        return RipgrepExit(None, _decode(stderr, b"\n").strip())
+    return RipgrepExit(proc.wait(), _decode(stderr, b"\n").strip())

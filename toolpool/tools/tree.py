@@ -26,12 +26,13 @@ from toolpool.cancel import Cancelled, CancelSource
 from toolpool.sandbox.policy import active_policy
 from toolpool.tool import ToolContext
 from toolpool.tools.ignores import DEFAULT_IGNORED_DIRS
-from toolpool.tools.paths import Resolved, open_beneath
+from toolpool.tools.paths import Resolved, open_beneath, quote
 
 
 @dataclass(slots=True)
 class _Node:
     line: str  # "name/" for a directory, "name -> target" for a symlink, else "name"
+    # (each name quoted by paths.quote when it needs it)
     children: list[_Node] = field(default_factory=list)
 
 
@@ -52,14 +53,15 @@ def _ignored(entry: os.DirEntry[str], relative: str, patterns: Sequence[str]) ->
 
 def _line(entry: os.DirEntry[str], dir_fd: int) -> tuple[str, bool]:
     """The entry's line, and whether it is a directory to descend into."""
+    name = quote(entry.name)  # a name with a newline must not read as two entries
     if entry.is_symlink():
         try:
-            return f"{entry.name} -> {os.readlink(entry.name, dir_fd=dir_fd)}", False
+            return f"{name} -> {quote(os.readlink(entry.name, dir_fd=dir_fd))}", False
         except OSError:
-            return f"{entry.name} -> ?", False
+            return f"{name} -> ?", False
     if entry.is_dir(follow_symlinks=False):
-        return f"{entry.name}/", True
-    return entry.name, False
+        return f"{name}/", True
+    return name, False
 
 
 def skipped_at(entry: os.DirEntry[str], dir_fd: int) -> bool:

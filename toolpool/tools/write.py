@@ -71,7 +71,8 @@ class WriteTool(FileWritingTool):
                 return ValidationResult.failed(
                     f"{display(target.path, ctx)} exists and is not a file."
                 )
-            return ctx.files.check_before_write(target.path)
+            path = target.path
+            return ctx.files.check_before_write(path, shown=lambda: display(path, ctx))
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff from the current content (or from nothing) to the new."""
