@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
-from toolpool.daemon.config import ConfigError, DaemonConfig, load_config
+from toolpool.daemon.config import (
+    LIMIT_SETTINGS,
+    SETTINGS,
+    ConfigError,
+    DaemonConfig,
+    load_config,
+    tool_registry,
+)
 from toolpool.sandbox.limits import MiB
 
 
@@ -47,7 +55,8 @@ def test_each_layer_is_stronger_than_the_one_before(tmp_path: Path) -> None:
         "TOOLPOOL_LIMITS_WALL_SECONDS": "45",
         "TOOLPOOL_TOOL_MODULES": "a.b, c.d",
     }
-    config = load_config({"max_workers": 3, "min_workers": None}, env=env)
+    # a.b and c.d are only names here: whether they import is not this test's question
+    config = load_config({"max_workers": 3, "min_workers": None}, env=env, check_modules=False)
     assert config.min_workers == 1  # TOML (the flag was not given)
     assert config.max_workers == 3  # flag beats environment beats TOML
     assert config.max_tool_errors == 7  # environment
@@ -56,7 +65,7 @@ def test_each_layer_is_stronger_than_the_one_before(tmp_path: Path) -> None:
     assert config.sandbox_disabled == frozenset({"landlock"})
     assert config.limits.wall_seconds == 45  # environment over [limits]
     assert config.limits.memory_bytes == 256 * MiB
-    assert config.tool_limits == {"bash": {"wall_seconds": 600}}
+    assert config.tool_limits == {"bash": {"wall_seconds": 600.0}}
 
 
 def test_xdg_config_path_is_read(tmp_path: Path) -> None:
@@ -71,19 +80,29 @@ def test_xdg_config_path_is_read(tmp_path: Path) -> None:
         ("colour = 'blue'\n", {}, "unknown setting 'colour'"),
         ("min_workers = 'many'\n", {}, "min_workers = 'many'"),
         ("[limits]\nwarp = 9\n", {}, "unknown limit 'warp'"),
-        ("[limits]\nwall_seconds = -1\n", {}, "must be a positive number"),
+        ("[limits]\nwall_seconds = -1\n", {}, r"\[limits\]: wall_seconds = -1: expected a number"),
         ("[tool_limits.bash]\nwarp = 1\n", {}, r"\[tool_limits.bash\]: unknown limit"),
         ("min_workers = = 1\n", {}, "config.toml"),
-        ("", {"TOOLPOOL_MAX_WORKERS": "lots"}, "environment"),
-        ("", {"TOOLPOOL_LOG_LEVEL": "loud"}, "expected debug, info"),
+        ("", {"TOOLPOOL_MAX_WORKERS": "lots"}, "environment TOOLPOOL_MAX_WORKERS: max_workers"),
+        ("", {"TOOLPOOL_LOG_LEVEL": "loud"}, "expected one of debug, info"),
+        ("min_workers = 5\n", {"TOOLPOOL_MAX_WORKERS": "2"}, "min_workers = 5 .*config.toml"),
+        ("max_workers = 4.5\n", {}, "max_workers = 4.5: expected an integer"),
+        ("max_workers = '4'\n", {}, "max_workers = '4': expected an integer"),  # TOML has types
+        ("sandbox_disabled = ['bwrapp']\n", {}, "'bwrapp' is not allowed: .* bwrap, netns"),
+        ("require_sandbox = 'bwrap'\n", {}, "expected a list of sandbox mechanisms"),
+        ("tool_modules = ['no_such_module_here']\n", {}, "no module 'no_such_module_here'"),
+        ("tcp = 'localhost'\n", {}, "expected HOST:PORT"),
+        ("curve_secret_key = 'k'\n", {}, "curve_secret_key = .* needs curve_authorized_keys"),
+        ("max_worker = 4\n", {}, "did you mean 'max_workers'"),
     ],
 )
 def test_bad_settings_say_where_they_came_from(
     tmp_path: Path, text: str, env: dict[str, str], problem: str
 ) -> None:
     toml = write(tmp_path / "config.toml", text)
-    with pytest.raises(ConfigError, match=problem):
+    with pytest.raises(ConfigError, match=problem) as refused:
         load_config({}, env={"TOOLPOOL_CONFIG": str(toml), **env})
+    assert "\n" not in str(refused.value)
 
 
 def test_an_explicit_config_file_must_exist(tmp_path: Path) -> None:
@@ -104,3 +123,74 @@ def test_mcp_servers_file_from_toml_environment_or_flag(tmp_path: Path) -> None:
     assert from_toml.mcp_servers == Path(os.path.expanduser("~/.config/toolpool/mcp.json"))
     assert from_env.mcp_servers == Path("e.json")
     assert from_flag.mcp_servers == tmp_path / "f.json"
+
+
+@pytest.mark.spec("E2")
+def test_every_setting_has_one_description_in_the_table() -> None:
+    # A setting added to DaemonConfig without its row would be read from nowhere.
+    fields = {f.name for f in dataclasses.fields(DaemonConfig)} - {"limits", "tool_limits"}
+    assert [s.name for s in SETTINGS] == [
+        f.name for f in dataclasses.fields(DaemonConfig) if f.name in fields
+    ]
+    assert {s.name for s in LIMIT_SETTINGS} == {
+        f.name for f in dataclasses.fields(DaemonConfig().limits)
+    }
+    for setting in (*SETTINGS, *LIMIT_SETTINGS):
+        assert setting.doc and setting.kind.allowed
+
+
+@pytest.mark.spec("E2")
+def test_a_config_made_in_code_meets_the_same_table() -> None:
+    with pytest.raises(ConfigError, match=r"min_workers = 3 .* max_workers = 2"):
+        DaemonConfig(min_workers=3, max_workers=2)
+    with pytest.raises(ConfigError, match="sandbox_disabled"):
+        DaemonConfig(sandbox_disabled=frozenset({"bwrapp"}))
+
+
+@pytest.mark.spec("E3")
+def test_flags_limits_and_tool_limits_as_text(tmp_path: Path) -> None:
+    toml = write(tmp_path / "c.toml", "[tool_limits.bash]\nwall_seconds = 600\nnetwork = true\n")
+    config = load_config(
+        {
+            "config": toml,
+            "worker_cpus": "0.5",
+            "cancel_grace": "3",
+            "tool_modules": "toolpool.tools, tests.worker_tools",
+            "private_run": "false",
+            "limits": {"memory_bytes": "1048576", "network": "yes"},
+            "tool_limit": ["bash.wall_seconds=30", "grep.output_bytes=4096"],
+        },
+        env={"TOOLPOOL_LIMITS_MEMORY_BYTES": "2097152"},
+    )
+    assert (config.worker_cpus, config.cancel_grace) == (0.5, 3.0)
+    assert config.tool_modules == ("toolpool.tools", "tests.worker_tools")
+    assert config.private_run is False
+    assert config.limits.memory_bytes == MiB  # the flag over the environment
+    assert config.limits.network is True
+    assert config.tool_limits == {
+        "bash": {"wall_seconds": 30.0, "network": True},  # the flag over the file, per limit
+        "grep": {"output_bytes": 4096},
+    }
+
+
+@pytest.mark.spec("E3")
+@pytest.mark.parametrize(
+    ("item", "problem"),
+    [
+        ("bash", "expected TOOL.LIMIT=VALUE"),
+        ("bash.wall_seconds", "expected TOOL.LIMIT=VALUE"),
+        ("bash.wall_secs=3", "unknown limit 'wall_secs' .did you mean 'wall_seconds'"),
+        ("bash.wall_seconds=soon", "flag --tool-limit bash.wall_seconds=soon: wall_seconds"),
+    ],
+)
+def test_a_bad_tool_limit_flag_says_which(item: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_config({"tool_limit": [item]}, env={})
+
+
+def test_a_tool_module_that_fails_is_one_line_naming_it(tmp_path: Path) -> None:
+    broken = write(tmp_path / "broken.py", "import no_such_dependency_here\n")
+    load_config({"tool_modules": str(broken)}, env={})  # it is there: found
+    with pytest.raises(ConfigError, match=r"broken.py' cannot be loaded: ModuleNotFoundError"):
+        tool_registry([str(broken)])
+    assert [spec.name for spec in tool_registry(["tests.worker_tools"])][:1]

@@ -2,7 +2,7 @@
 
 toolpool daemon [run|start|stop|status] [flags]   the daemon (foreground by default)
 toolpool demo [--in-process]                      one realistic turn, events live
-toolpool call NAME JSON [--workspace DIR]         one call, events live
+toolpool call NAME JSON [NAME JSON …]            calls, one turn each, in one session
 toolpool tools [--format openai|anthropic|…]      the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
@@ -18,13 +18,16 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
 import toolpool
+from toolpool.client.control import ExitCode
+from toolpool.errors import ToolpoolError
 
 FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "mcp")
 
@@ -34,41 +37,99 @@ def _console() -> Console:
 
 
 # --- daemon -----------------------------------------------------------------------------
+#
+# Its flags come from the configuration's table (toolpool/daemon/config.py): one flag of
+# the setting's own name with dashes per setting, ``--limits-<name>`` per limit, and
+# ``--tool-limit TOOL.NAME=VALUE``. Every value stays text here: the table's parsers
+# read it, so a flag, a variable and the file share one parser and one set of messages.
 
-_DAEMON_FLAGS: list[tuple[str, dict[str, Any]]] = [
-    ("--config", {"type": Path, "help": "TOML configuration file"}),
-    ("--runtime-dir", {"type": Path, "help": "private directory for the socket and pid"}),
-    ("--tcp", {"help": "also listen on HOST:PORT (non-loopback needs CURVE keys)"}),
-    ("--min-workers", {"type": int}),
-    ("--max-workers", {"type": int}),
-    ("--max-tool-concurrency", {"type": int}),
-    ("--max-tool-errors", {"type": int}),
-    ("--tool-module", {"action": "append", "dest": "tool_modules", "help": "repeatable"}),
-    ("--sandbox-disable", {"action": "append", "dest": "sandbox_disabled"}),
-    ("--log-level", {"choices": ["debug", "info", "warning", "error"]}),
-    ("--log-file", {"type": Path}),
-    ("--mcp-servers", {"type": Path, "help": 'MCP servers to import ({"mcpServers": …} JSON)'}),
-]
+
+class _Deprecated(argparse.Action):
+    """An old spelling of a list flag: still taken (appended), with a note on stderr."""
+
+    def __init__(
+        self, option_strings: Sequence[str], dest: str, *, instead: str, help: str
+    ) -> None:
+        super().__init__(option_strings, dest, metavar="NAME", help=help)
+        self.instead = instead
+        self.noted = False
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if not self.noted:
+            self.noted = True
+            _note(f"{option_string} is deprecated: use {self.instead}")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
+
+
+# Older spellings of flags: (old flag, the setting it sets).
+DEPRECATED_FLAGS = (("--tool-module", "tool_modules"), ("--sandbox-disable", "sandbox_disabled"))
+
+
+def _add_daemon_flags(parser: argparse.ArgumentParser) -> None:
+    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS, Boolean, Names
+
+    parser.add_argument("--config", help="TOML configuration file")
+    for setting in (*SETTINGS, *LIMIT_SETTINGS):
+        options: dict[str, Any] = {
+            "metavar": setting.kind.metavar,
+            "help": f"{setting.doc}: {setting.kind.allowed}".replace("%", "%%"),
+        }
+        if isinstance(setting.kind, Names):
+            options["action"] = "append"  # repeated: the lists join
+        elif isinstance(setting.kind, Boolean):
+            options.update(nargs="?", const="true")  # --private-run alone is true
+        dest = setting.flag.removeprefix("--").replace("-", "_")
+        parser.add_argument(setting.flag, dest=dest, **options)
+    parser.add_argument(
+        "--tool-limit",
+        action="append",
+        metavar="TOOL.LIMIT=VALUE",
+        help="a per-tool limit, as [tool_limits.TOOL] in the file (repeatable)",
+    )
+    for flag, name in DEPRECATED_FLAGS:
+        dashed = "--" + name.replace("_", "-")
+        parser.add_argument(
+            flag,
+            dest=name,
+            action=_Deprecated,
+            instead=f"{dashed} A,B",
+            help=f"deprecated: {dashed}",
+        )
 
 
 def _daemon_flags(args: argparse.Namespace) -> dict[str, Any]:
-    flags = {}
-    for flag, options in _DAEMON_FLAGS:
-        dest = options.get("dest") or flag.lstrip("-").replace("-", "_")
-        flags[dest] = getattr(args, dest)
+    """The flags as ``load_config`` takes them (None: not given)."""
+    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
+
+    flags: dict[str, Any] = {"config": args.config, "tool_limit": args.tool_limit}
+    for setting in SETTINGS:
+        value = getattr(args, setting.name)
+        flags[setting.name] = ",".join(value) if isinstance(value, list) else value
+    limits = {s.name: getattr(args, f"limits_{s.name}") for s in LIMIT_SETTINGS}
+    flags["limits"] = {name: value for name, value in limits.items() if value is not None}
     return flags
 
 
 def _daemon_argv(flags: dict[str, Any]) -> list[str]:
-    """The flags again, for the background daemon's command line."""
+    """The flags again, in their current spelling, for the background daemon."""
+    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
+
     argv: list[str] = ["run"]
-    for flag, options in _DAEMON_FLAGS:
-        dest = options.get("dest") or flag.lstrip("-").replace("-", "_")
-        value = flags.get(dest)
-        if value is None:
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            argv += [flag, str(item)]
+    if flags.get("config") is not None:
+        argv.append(f"--config={flags['config']}")
+    for setting in SETTINGS:
+        if flags.get(setting.name) is not None:
+            argv.append(f"{setting.flag}={flags[setting.name]}")
+    for setting in LIMIT_SETTINGS:
+        if setting.name in flags.get("limits", {}):
+            argv.append(f"{setting.flag}={flags['limits'][setting.name]}")
+    argv += [f"--tool-limit={item}" for item in flags.get("tool_limit") or ()]
     return argv
 
 
@@ -76,14 +137,11 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     # The command line stands above both sides: ``run`` is the daemon itself, the
     # others are the client side's control of one in the background.
     from toolpool.client import control
-    from toolpool.daemon.config import ConfigError, load_config
+    from toolpool.daemon.config import load_config
 
     flags = _daemon_flags(args)
-    try:
-        config = load_config(flags)
-    except ConfigError as exc:
-        print(f"toolpool daemon: {exc}", file=sys.stderr)
-        return 2
+    # stop and status need only the runtime directory: no tool module is looked for.
+    config = load_config(flags, check_modules=args.action in ("run", "start"))
     match args.action:
         case "start":
             return control.start_background(
@@ -109,76 +167,94 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from toolpool.client import ClientError
     from toolpool.demo import run_demo
 
-    console = _console()
-    try:
-        results = run_demo(
-            console,
-            in_process=args.in_process,
-            endpoint=args.endpoint,
-            runtime_dir=args.runtime_dir,
+    results = run_demo(
+        _console(), in_process=args.in_process, endpoint=args.endpoint, runtime_dir=args.runtime_dir
+    )
+    return ExitCode.OK if results and not any(r.is_error for r in results) else ExitCode.FAILED
+
+
+def _parse_calls(words: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``NAME JSON [NAME JSON …]`` as (name, arguments) pairs; a UsageError otherwise."""
+    if len(words) % 2:
+        raise UsageError(
+            f"call: {len(words)} words: expected pairs of a tool name and its JSON arguments"
         )
-    except ClientError as exc:
-        console.print(f"[red]{exc}[/]")
-        return 1
-    return 0 if results else 1
+    calls = []
+    for index in range(0, len(words), 2):
+        name, text = words[index], words[index + 1]
+        try:
+            arguments = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"call {name}: the arguments are not JSON: {exc}") from None
+        if not isinstance(arguments, dict):
+            raise UsageError(f"call {name}: the arguments must be a JSON object, not {text!r}")
+        calls.append((name, arguments))
+    return calls
 
 
 def _cmd_call(args: argparse.Namespace) -> int:
-    from toolpool.client import ClientError
+    """Each call is a turn of its own, one after another, in one session: a read
+    stamps the file for the edit after it (F3)."""
     from toolpool.console import render_event
     from toolpool.models import ToolCall
 
-    try:
-        arguments = json.loads(args.arguments)
-    except json.JSONDecodeError as exc:
-        print(f"toolpool call: the arguments are not JSON: {exc}", file=sys.stderr)
-        return 2
-    if not isinstance(arguments, dict):
-        print("toolpool call: the arguments must be a JSON object", file=sys.stderr)
-        return 2
+    calls = _parse_calls(args.calls)
     console = _console()
-    try:
-        with _client(args) as client, client.session(args.workspace) as session:
-            turn = session.submit([ToolCall("call-1", args.name, arguments)])
+    results = []
+    with _client(args) as client, client.session(args.workspace) as session:
+        for number, (name, arguments) in enumerate(calls, 1):
+            turn = session.submit([ToolCall(f"call-{number}", name, arguments)])
             for event in turn:
                 render_event(event, console)
             (result,) = turn.results()
-    except ClientError as exc:
-        console.print(f"[red]{exc}[/]")
-        return 2
-    if args.print_result:
-        print(result.text)
-    return 1 if result.is_error else 0
+            results.append(result)
+            if args.print_result:
+                print(result.text, flush=True)
+    return ExitCode.FAILED if any(r.is_error for r in results) else ExitCode.OK
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
-    from toolpool.client import ClientError
+    """The daemon's tools when one answers (it knows the tools of its MCP servers too);
+    else the configured tool modules', loaded here."""
+    from toolpool.client import Client, DaemonUnavailable
 
+    definitions = None
     try:
-        with _client(args) as client:
+        with Client(args.endpoint, runtime_dir=args.runtime_dir) as client:
             definitions = client.tools(args.format)
-    except ClientError as exc:
-        print(f"toolpool tools: {exc}", file=sys.stderr)
-        return 2
+    except DaemonUnavailable:
+        if args.endpoint is not None or os.environ.get("TOOLPOOL_ENDPOINT"):
+            raise  # that daemon was asked for by name
+    if definitions is None:
+        definitions = _configured_tools(args)
     print(json.dumps(definitions, indent=2, ensure_ascii=False))
-    return 0
+    return ExitCode.OK
+
+
+def _configured_tools(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from toolpool.daemon.config import load_config, tool_registry
+    from toolpool.providers import definitions
+
+    flags = {"config": args.config, "runtime_dir": args.runtime_dir}
+    if args.tool_modules:
+        flags["tool_modules"] = ",".join(args.tool_modules)
+    config = load_config(flags)
+    specs = list(tool_registry(config.tool_modules))
+    if config.mcp_servers is not None:
+        _note(f"no daemon runs: the tools of the MCP servers of {config.mcp_servers} are not here")
+    if args.format == "toolpool":
+        return [spec.definition() for spec in specs]
+    return definitions(specs, args.format)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from toolpool.client import ClientError
-
-    try:
-        with _client(args) as client:
-            status = client.status()
-    except ClientError as exc:
-        print(f"toolpool status: {exc}", file=sys.stderr)
-        return 3
+    with _client(args) as client:
+        status = client.status()
     if args.json:
         print(json.dumps(status, indent=2))
-        return 0
+        return ExitCode.OK
     console = _console()
     workers = ", ".join(f"{n} {state}" for state, n in status.get("workers", {}).items() if n)
     console.print(
@@ -210,7 +286,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for name, mechanism in status.get("sandbox", {}).items():
         mark = "[green]on [/]" if mechanism["active"] else "[yellow]off[/]"
         console.print(f"  {mark} {name}: {mechanism['detail']}")
-    return 0
+    return ExitCode.OK
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -238,25 +314,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         )
     rg = shutil.which("rg")
     console.print(f"[bold]ripgrep[/]: {rg or 'missing (install the Debian package ripgrep)'}")
-    return 0 if ok else 1
+    return ExitCode.OK if ok else ExitCode.FAILED
 
 
 def _cmd_mcp_serve(args: argparse.Namespace) -> int:
     """Serve the daemon's tools over stdio; starts a daemon when none runs. Only MCP
     goes to stdout: everything else is written to stderr."""
-    from toolpool.daemon.config import ConfigError, load_config
+    from toolpool.daemon.config import load_config
     from toolpool.mcp import McpUnavailable, require_sdk
 
     try:
         require_sdk()
     except McpUnavailable as exc:
-        print(f"toolpool mcp serve: {exc}", file=sys.stderr)
-        return 2
-    try:
-        config = load_config({"runtime_dir": args.runtime_dir})
-    except ConfigError as exc:
-        print(f"toolpool mcp serve: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError(f"mcp serve: {exc}") from None
+    config = load_config({"runtime_dir": args.runtime_dir}, check_modules=False)
     from toolpool.client.mcp_serve import serve_stdio
 
     return serve_stdio(
@@ -272,23 +343,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     a process of its own (the bench starts and stops daemons, and plots)."""
     script = Path(toolpool.__file__).resolve().parent.parent / "bench" / "run.py"
     if not script.is_file():
-        print(
-            "toolpool bench: the bench ships with toolpool's source, not with the "
-            "installed package; run it from a checkout (pip install -e '.[bench]').",
-            file=sys.stderr,
+        raise UsageError(
+            "bench: the bench ships with toolpool's source, not with the installed "
+            "package; run it from a checkout (pip install -e '.[bench]')"
         )
-        return 2
     missing = [m for m in ("matplotlib", "rich") if importlib.util.find_spec(m) is None]
     if missing:
-        print(
-            f"toolpool bench: needs {', '.join(missing)}: pip install 'toolpool[bench]'",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(f"bench: needs {', '.join(missing)}: pip install 'toolpool[bench]'")
     return subprocess.call([sys.executable, str(script), *args.bench_args])
 
 
 # --- the parser ---------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with toolpool's message prefix and exit code for a usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        _error(message)
+        sys.exit(ExitCode.USAGE)
 
 
 def _client_flags(parser: argparse.ArgumentParser) -> None:
@@ -297,8 +371,11 @@ def _client_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="toolpool", description="A tool-execution engine for AI coding agents."
+    parser = _Parser(
+        prog="toolpool",
+        description="A tool-execution engine for AI coding agents.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"toolpool {toolpool.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -307,8 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.add_argument(
         "action", nargs="?", default="run", choices=["run", "start", "stop", "status"]
     )
-    for flag, options in _DAEMON_FLAGS:
-        daemon.add_argument(flag, **options)
+    _add_daemon_flags(daemon)
     daemon.set_defaults(handler=_cmd_daemon)
 
     demo = commands.add_parser("demo", help="one realistic turn with its events shown live")
@@ -318,16 +394,24 @@ def build_parser() -> argparse.ArgumentParser:
     _client_flags(demo)
     demo.set_defaults(handler=_cmd_demo)
 
-    call = commands.add_parser("call", help="run one call through the daemon")
-    call.add_argument("name")
-    call.add_argument("arguments", help="the arguments, a JSON object")
+    call = commands.add_parser(
+        "call",
+        help="run calls through the daemon, one turn each, in one session",
+        description="NAME JSON [NAME JSON …]: each call a turn of its own, one after "
+        "another, in one session (a read stamps the file for an edit after it).",
+    )
+    call.add_argument("calls", nargs="+", metavar="NAME JSON", help="a tool and its arguments")
     call.add_argument("--workspace", default=".", help="the session's workspace (default: .)")
-    call.add_argument("--print-result", action="store_true", help="print the result's text")
+    call.add_argument("--print-result", action="store_true", help="print each result's text")
     _client_flags(call)
     call.set_defaults(handler=_cmd_call)
 
-    tools = commands.add_parser("tools", help="list the tools' definitions")
+    tools = commands.add_parser(
+        "tools", help="the tools' definitions (the daemon's, else the configured ones)"
+    )
     tools.add_argument("--format", choices=FORMATS, default="toolpool")
+    tools.add_argument("--config", help="TOML configuration file (when no daemon runs)")
+    tools.add_argument("--tool-modules", action="append", metavar="A,B", help="when no daemon runs")
     _client_flags(tools)
     tools.set_defaults(handler=_cmd_tools)
 
@@ -356,15 +440,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --- messages and exit codes --------------------------------------------------------------
+
+EXIT_CODES = """exit codes, the same for every command:
+  0  done (and no tool result was an error)
+  1  failed: a tool result was an error, the daemon could not start or stop, or
+     does not answer (daemon status), the confined command fails (doctor)
+  2  usage or configuration error: a bad flag, setting, file or argument
+  3  no daemon runs (or answers at the endpoint given)
+  4  an internal error (a bug): TOOLPOOL_DEBUG=1 shows its traceback"""
+
+
+class UsageError(ToolpoolError):
+    """What was asked cannot be done as asked (exit code 2)."""
+
+
+def _error(message: object) -> None:
+    print(f"toolpool: error: {message}", file=sys.stderr, flush=True)
+
+
+def _note(message: object) -> None:
+    print(f"toolpool: note: {message}", file=sys.stderr, flush=True)
+
+
+def _debug() -> bool:
+    return os.environ.get("TOOLPOOL_DEBUG", "").lower() not in ("", "0", "false", "no")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command; no traceback for bad input, one prefix, one table of exit codes."""
+    from toolpool.client import DaemonUnavailable
+    from toolpool.daemon.config import ConfigError
+
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         args.bench_args = rest
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    code: int = args.handler(args)
-    return code
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.FAILED
+    except Exception as exc:
+        code, message = _exit_for(exc, (ConfigError, UsageError), DaemonUnavailable)
+        if _debug():
+            traceback.print_exc()
+        _error(message)
+        return code
+
+
+def _exit_for(
+    exc: Exception, usage: tuple[type[Exception], ...], absent: type[Exception]
+) -> tuple[ExitCode, str]:
+    """The exit code of an exception that reached the command, and its one line."""
+    if isinstance(exc, usage):
+        return ExitCode.USAGE, str(exc)
+    if isinstance(exc, absent):
+        return ExitCode.NOT_RUNNING, str(exc)
+    if isinstance(exc, ToolpoolError | OSError):
+        return ExitCode.FAILED, str(exc) or type(exc).__name__
+    hint = "" if _debug() else " (TOOLPOOL_DEBUG=1 shows the traceback)"
+    return ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}{hint}"
 
 
 if __name__ == "__main__":

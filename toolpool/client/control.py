@@ -10,12 +10,14 @@ daemon's insides.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,6 +30,18 @@ from toolpool.sandbox.terminate import Escalation, terminate
 STOP_MARGIN = 20.0
 # … and, after the second SIGTERM (which ends it at once), before it is killed.
 FORCED_STOP_GRACE = 2.0
+
+
+class ExitCode(IntEnum):
+    """The exit codes of every ``toolpool`` command (the README's table). ``daemon
+    status`` keeps the LSB meaning of 0, 1 and 3: running, running but not answering,
+    stopped."""
+
+    OK = 0
+    FAILED = 1  # a tool result was an error; the daemon did not start, stop or answer
+    USAGE = 2  # a bad flag, setting, configuration file or argument
+    NOT_RUNNING = 3  # no daemon runs, or none answers at the endpoint given
+    INTERNAL = 4  # a bug: TOOLPOOL_DEBUG=1 shows its traceback
 
 
 class ControlError(ToolpoolError):
@@ -50,7 +64,7 @@ def start_background(
     pid = running_pid(runtime)
     if pid is not None:
         print(f"toolpool daemon is already running (pid {pid})", file=out)
-        return 0
+        return ExitCode.OK
     argv = [sys.executable, "-m", "toolpool", "daemon", *daemon_argv]
     if log_file is None:
         log_file = runtime / "daemon.log"
@@ -59,6 +73,7 @@ def start_background(
     # a traceback it could not log, is then in the tail shown when it fails to start.
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as errors:
+        start = errors.tell()  # what this run writes begins here (SPEC E2)
         process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -70,18 +85,22 @@ def start_background(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             print(
-                f"toolpool daemon exited at start (status {process.returncode}):", file=sys.stderr
+                f"toolpool: error: the daemon exited at start (status {process.returncode}): "
+                f"{start_failure(log_file, start)} (log: {log_file})",
+                file=sys.stderr,
             )
-            print(_tail(log_file), file=sys.stderr)
-            return 1
+            return ExitCode.FAILED
         endpoint = read_endpoint(runtime)
         if endpoint is not None and endpoint.get("pid") == process.pid and _answers(runtime):
             where = endpoint["ipc"] + (f" and {endpoint['tcp']}" if endpoint.get("tcp") else "")
             print(f"toolpool daemon started (pid {process.pid}), listening on {where}", file=out)
-            return 0
+            return ExitCode.OK
         time.sleep(0.1)
-    print(f"toolpool daemon did not answer within {wait:g} s; see {log_file}", file=sys.stderr)
-    return 1
+    print(
+        f"toolpool: error: the daemon did not answer within {wait:g} s; see {log_file}",
+        file=sys.stderr,
+    )
+    return ExitCode.FAILED
 
 
 def ensure_running(
@@ -92,7 +111,7 @@ def ensure_running(
     if running_pid(runtime) is not None:
         return None
     argv = ["run", "--runtime-dir", str(runtime)]
-    started = start_background(runtime, argv, log_file=log_file, out=out) == 0
+    started = start_background(runtime, argv, log_file=log_file, out=out) == ExitCode.OK
     pid = running_pid(runtime)
     if pid is None:
         raise ControlError(f"no daemon runs in {runtime}, and none could be started")
@@ -127,7 +146,7 @@ def stop_background(
     pid = running_pid(runtime)
     if pid is None:
         print("toolpool daemon is not running", file=out)
-        return 0
+        return ExitCode.OK
     daemon = _Daemon(pid)
     daemon.signal(signal.SIGTERM)  # the first: drain
     deadline = time.monotonic() + (wait if wait is not None else drain_grace + STOP_MARGIN)
@@ -136,9 +155,9 @@ def stop_background(
     report = terminate(daemon, grace=FORCED_STOP_GRACE)
     if report.escalation >= Escalation.KILL:
         print(f"toolpool daemon (pid {pid}) did not stop; killed", file=out)
-        return 1
+        return ExitCode.FAILED
     print(f"toolpool daemon stopped (pid {pid})", file=out)
-    return 0
+    return ExitCode.OK
 
 
 def status_background(runtime: Path) -> int:
@@ -146,11 +165,11 @@ def status_background(runtime: Path) -> int:
     pid = running_pid(runtime)
     if pid is None:
         print("toolpool daemon is not running")
-        return 3
+        return ExitCode.NOT_RUNNING
     status = _answers(runtime, full=True)
     if not status:
         print(f"toolpool daemon (pid {pid}) is running but does not answer")
-        return 1
+        return ExitCode.FAILED
     assert isinstance(status, dict)
     workers = status.get("workers", {})
     print(
@@ -158,7 +177,7 @@ def status_background(runtime: Path) -> int:
         f"{len(status['sessions'])} sessions, {status['clients']} clients, workers "
         + ", ".join(f"{n} {state}" for state, n in workers.items() if n)
     )
-    return 0
+    return ExitCode.OK
 
 
 def _answers(runtime: Path, full: bool = False) -> bool | dict[str, Any]:
@@ -170,8 +189,26 @@ def _answers(runtime: Path, full: bool = False) -> bool | dict[str, Any]:
     return status if full else True
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+ERROR_PREFIX = "toolpool: error: "
+
+
+def start_failure(log_file: Path, start: int) -> str:
+    """Why a daemon exited at start, from what this run wrote to its log (from byte
+    ``start`` on; an earlier run's failure is never shown): its own error line, else
+    the first error it logged, else the last line it wrote."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
+        with open(log_file, "rb") as log:
+            log.seek(start)
+            lines = log.read().decode(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(its log cannot be read: {exc})"
+    for line in lines:
+        if line.startswith(ERROR_PREFIX):
+            return line.removeprefix(ERROR_PREFIX)
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and entry.get("level") in ("error", "critical"):
+                return str(entry.get("msg"))
+    written = [line for line in lines if line.strip()]
+    return written[-1].strip() if written else "it wrote nothing"

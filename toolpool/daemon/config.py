@@ -1,34 +1,319 @@
 """The daemon's configuration: defaults, then a TOML file, then environment variables,
-then command-line flags — each stronger than the one before.
+then command-line flags — each stronger than the one before (SPEC E2, E3).
 
 The TOML file is ``--config``, else ``$TOOLPOOL_CONFIG``, else
 ``$XDG_CONFIG_HOME/toolpool/config.toml`` (``~/.config/toolpool/config.toml``) when it
-exists. Its keys are the field names below; ``[limits]`` holds the default per-call
+exists. Its keys are the settings below; ``[limits]`` holds the default per-call
 limits and ``[tool_limits.<tool>]`` the operator's per-tool ones. Environment
-variables are ``TOOLPOOL_<FIELD>`` (lists comma-separated) and
-``TOOLPOOL_LIMITS_<LIMIT>``.
+variables are ``TOOLPOOL_<SETTING>`` (lists comma-separated) and
+``TOOLPOOL_LIMITS_<LIMIT>``; flags are ``--<setting-with-dashes>``,
+``--limits-<limit>`` and ``--tool-limit TOOL.LIMIT=VALUE``.
+
+One table (``SETTINGS``, ``LIMIT_SETTINGS``) describes every setting once: its kind
+(type, range or choices), its documentation, its variable and its flag. The three
+sources share its parsers, and so its messages: a bad value is a ``ConfigError`` of
+one line naming the setting, where it came from and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib.util
+import math
 import os
+import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolpool.errors import ToolpoolError
 from toolpool.protocol import CHUNK_BYTES
+from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.runtime import runtime_dir
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.profile import MECHANISMS
 
 MIN_CLIENT_BUFFER = 2 * CHUNK_BYTES
+DEFAULT = "default"  # the source of a value nobody set
 
 
-class ConfigError(ToolpoolError):
+class ConfigError(ToolpoolError, ValueError):
     """A configuration value that cannot be used; the message says where it came from."""
+
+
+class _Refused(Exception):
+    """A value a kind does not take; the message says what it does take."""
+
+
+# --- kinds: how a value is read, and what it may be -------------------------------------
+#
+# ``parse(value, text=...)``: ``text`` is true for the environment and the command line,
+# where every value is a string to read; in the TOML file a value must have its type.
+
+
+@dataclass(frozen=True, slots=True)
+class Integer:
+    minimum: int
+    metavar: str = "N"
+
+    @property
+    def allowed(self) -> str:
+        return f"an integer of at least {self.minimum}"
+
+    def parse(self, value: Any, *, text: bool) -> int:
+        if text and isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            raise _Refused(f"expected {self.allowed}")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    minimum: float
+    above: bool = False  # the minimum itself is not allowed
+    metavar: str = "SECONDS"
+
+    @property
+    def allowed(self) -> str:
+        bound = "more than" if self.above else "at least"
+        return f"a number {bound} {self.minimum:g}"
+
+    def parse(self, value: Any, *, text: bool) -> float:
+        if text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise _Refused(f"expected {self.allowed}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _Refused(f"expected {self.allowed}")
+        low = value <= self.minimum if self.above else value < self.minimum
+        if not math.isfinite(value) or low:
+            raise _Refused(f"expected {self.allowed}")
+        return float(value)
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class Boolean:
+    metavar: str = "true|false"
+    allowed: str = "true or false"
+
+    def parse(self, value: Any, *, text: bool) -> bool:
+        if text and isinstance(value, str) and value.strip().lower() in (*_TRUE, *_FALSE):
+            return value.strip().lower() in _TRUE
+        if not isinstance(value, bool):
+            raise _Refused(f"expected {self.allowed}")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    choices: tuple[str, ...]
+
+    @property
+    def metavar(self) -> str:
+        return "|".join(self.choices)
+
+    @property
+    def allowed(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+    def parse(self, value: Any, *, text: bool) -> str:
+        if not isinstance(value, str) or value.strip().lower() not in self.choices:
+            raise _Refused(f"expected {self.allowed}")
+        return value.strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class PathKind:
+    metavar: str = "PATH"
+    allowed: str = "a path"
+
+    def parse(self, value: Any, *, text: bool) -> Path:
+        if isinstance(value, Path):
+            return value
+        if not isinstance(value, str) or not value.strip() or "\0" in value:
+            raise _Refused(f"expected {self.allowed}")
+        return Path(os.path.expanduser(value.strip()))
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    metavar: str = "HOST:PORT"
+    allowed: str = "HOST:PORT with a port from 1 to 65535"
+
+    def parse(self, value: Any, *, text: bool) -> str:
+        if not isinstance(value, str):
+            raise _Refused(f"expected {self.allowed}")
+        host, _, port = value.strip().rpartition(":")
+        if not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise _Refused(f"expected {self.allowed}")
+        return value.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """A list: in TOML a list of strings, as text comma-separated."""
+
+    what: str  # "module names", "sandbox mechanisms" …
+    choices: tuple[str, ...] | None = None
+    pattern: str | None = None  # each name must match it whole
+    unique: bool = False  # a set: kept as a frozenset
+
+    @property
+    def metavar(self) -> str:
+        return "A,B,…"
+
+    @property
+    def allowed(self) -> str:
+        if self.choices is not None:
+            return f"a list of {self.what} from: {', '.join(self.choices)}"
+        return f"a list of {self.what}"
+
+    def parse(self, value: Any, *, text: bool) -> tuple[str, ...] | frozenset[str]:
+        if text and isinstance(value, str):
+            items: list[Any] = [s.strip() for s in value.split(",") if s.strip()]
+        elif isinstance(value, list | tuple | frozenset):
+            items = sorted(value) if isinstance(value, frozenset) else list(value)
+        else:
+            raise _Refused(f"expected {self.allowed}")
+        for item in items:
+            if not isinstance(item, str) or not item.strip():
+                raise _Refused(f"expected {self.allowed}")
+            if self.choices is not None and item not in self.choices:
+                raise _Refused(f"{item!r} is not allowed: expected {self.allowed}")
+            if self.pattern is not None and not re.fullmatch(self.pattern, item):
+                raise _Refused(f"{item!r} is not allowed: expected {self.allowed}")
+        return frozenset(items) if self.unique else tuple(items)
+
+
+Kind = Integer | Number | Boolean | Choice | PathKind | Address | Names
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: where it is read from, what it may be, what it does."""
+
+    name: str  # the DaemonConfig field, the TOML key, or the [limits] key
+    kind: Kind
+    doc: str
+    env: str  # TOOLPOOL_MAX_WORKERS, TOOLPOOL_LIMITS_WALL_SECONDS
+    flag: str  # --max-workers, --limits-wall-seconds
+
+    def parse(self, value: Any, source: str, *, text: bool) -> Any:
+        """The value, or a ConfigError naming this setting, ``source`` and what is allowed."""
+        try:
+            return self.kind.parse(value, text=text)
+        except _Refused as exc:
+            raise ConfigError(f"{source}: {self.name} = {value!r}: {exc}") from None
+
+
+def _setting(name: str, kind: Kind, doc: str) -> Setting:
+    return Setting(name, kind, doc, f"TOOLPOOL_{name.upper()}", "--" + name.replace("_", "-"))
+
+
+_MODULES = Names("module names or .py paths")
+_MECHANISMS_OFF = tuple(m for m in MECHANISMS if m != "rlimits")  # rlimits cannot be off
+_PATHS = Names("paths")
+
+SETTINGS: tuple[Setting, ...] = (
+    _setting("runtime_dir", PathKind(), "private directory for the socket, pid and logs"),
+    _setting("tcp", Address(), "also listen on HOST:PORT (non-loopback needs CURVE keys)"),
+    _setting("curve_secret_key", PathKind(), "the server's CURVE key file (zmq.auth format)"),
+    _setting("curve_authorized_keys", PathKind(), "a directory of the clients' public keys"),
+    _setting("tool_modules", _MODULES, "modules whose tools the daemon offers"),
+    _setting("min_workers", Integer(0), "pre-started workers"),
+    _setting("max_workers", Integer(1), "the most workers; past them, calls queue"),
+    _setting("max_tool_concurrency", Integer(1), "safe calls of a turn run side by side"),
+    _setting("max_tool_errors", Integer(0), "consecutive failures that disable a tool; 0: never"),
+    _setting("cancel_grace", Number(0), "seconds a cancelled call has before its worker is killed"),
+    _setting("drain_grace", Number(0), "seconds running turns get on SIGTERM"),
+    _setting("approval_timeout", Number(0, above=True), "seconds an approval waits"),
+    _setting("max_calls_per_worker", Integer(1), "calls a worker runs before it is replaced"),
+    _setting("max_worker_rss", Integer(1, "BYTES"), "bytes; a worker above it is recycled"),
+    _setting("worker_cpus", Number(0, above=True, metavar="CPUS"), "each worker's CPU quota"),
+    _setting(
+        "sandbox_disabled",
+        Names("sandbox mechanisms", _MECHANISMS_OFF, unique=True),
+        "sandbox mechanisms to switch off",
+    ),
+    _setting(
+        "require_sandbox",
+        Names("sandbox mechanisms", MECHANISMS, unique=True),
+        "sandbox mechanisms that must be on, or the daemon does not start",
+    ),
+    _setting("deny_read", _PATHS, "paths hidden from commands and file tools"),
+    _setting(
+        "env_passthrough",
+        Names("environment variable names", pattern=r"[A-Za-z_][A-Za-z0-9_]*"),
+        "daemon environment variables commands may see",
+    ),
+    _setting("private_run", Boolean(), "/run and /var/run private inside commands"),
+    _setting("log_level", Choice(("debug", "info", "warning", "error")), "what is logged"),
+    _setting("log_file", PathKind(), "the log's file (default: stderr)"),
+    _setting("mcp_servers", PathKind(), 'MCP servers to import ({"mcpServers": …} JSON)'),
+    _setting(
+        "client_buffer_bytes",
+        Integer(MIN_CLIENT_BUFFER, "BYTES"),
+        "bytes out to one client unread; past them, frames wait on disk",
+    ),
+    _setting(
+        "client_stall_seconds",
+        Number(0, above=True),
+        "a client with a full buffer that reads nothing this long is let go",
+    ),
+    _setting("max_sessions_per_client", Integer(1), "open sessions one client may hold"),
+    _setting("max_sessions", Integer(1), "open sessions in the daemon"),
+    _setting(
+        "turn_output_chars",
+        Integer(0, "CHARS"),
+        "model-facing text of one turn's results; 0: no budget",
+    ),
+)
+
+_LIMIT_DOCS = {
+    "wall_seconds": "seconds a call may run",
+    "cpu_seconds": "CPU seconds of a call (all its processes)",
+    "memory_bytes": "bytes of memory of a call",
+    "processes": "processes a call may run at once",
+    "file_size_bytes": "the largest file a call may write",
+    "output_bytes": "bytes of result and printed output",
+    "open_files": "open files of each process",
+    "tmp_bytes": "the size of a command's private /tmp",
+    "spill_bytes": "command output kept in the spill file",
+    "network": "commands may reach the network",
+}
+
+
+def _limit_setting(f: dataclasses.Field[Any]) -> Setting:
+    default = f.default
+    kind: Kind
+    if isinstance(default, bool):
+        kind = Boolean()
+    elif isinstance(default, float):
+        kind = Number(0, above=True)
+    else:
+        kind = Integer(1, "BYTES" if f.name.endswith("_bytes") else "N")
+    dashed = f.name.replace("_", "-")
+    return Setting(
+        f.name,
+        kind,
+        _LIMIT_DOCS.get(f.name, "a per-call limit"),
+        f"TOOLPOOL_LIMITS_{f.name.upper()}",
+        f"--limits-{dashed}",
+    )
+
+
+LIMIT_SETTINGS: tuple[Setting, ...] = tuple(_limit_setting(f) for f in dataclasses.fields(Limits))
+_BY_NAME = {s.name: s for s in SETTINGS}
+_LIMITS_BY_NAME = {s.name: s for s in LIMIT_SETTINGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +351,12 @@ class DaemonConfig:
     turn_output_chars: int = 400_000  # a turn's model-facing text (L4); 0: no budget
 
     def __post_init__(self) -> None:
-        if self.client_buffer_bytes < MIN_CLIENT_BUFFER:
-            raise ValueError(
-                f"client_buffer_bytes must be at least {MIN_CLIENT_BUFFER} (two chunks), "
-                f"not {self.client_buffer_bytes}"
-            )
-        if self.client_stall_seconds <= 0:
-            raise ValueError("client_stall_seconds must be more than 0")
-        if self.turn_output_chars < 0:
-            raise ValueError("turn_output_chars must be 0 (no budget) or more")
-        for name in ("max_sessions_per_client", "max_sessions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+        # A config made in code meets the same table as one loaded (no sources to name).
+        for setting in SETTINGS:
+            value = getattr(self, setting.name)
+            if value is not None:
+                setting.parse(value, "DaemonConfig", text=False)
+        _check_relations(lambda name: getattr(self, name), {})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -94,73 +373,70 @@ class DaemonConfig:
         return out
 
 
-def _path(v: Any) -> Path:
-    return Path(os.path.expanduser(str(v)))
-
-
-def _strings(v: Any) -> tuple[str, ...]:
-    if isinstance(v, str):
-        return tuple(s.strip() for s in v.split(",") if s.strip())
-    if isinstance(v, list | tuple) and all(isinstance(s, str) for s in v):
-        return tuple(v)
-    raise ValueError("expected a list of strings")
-
-
-def _bool_free_int(v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("expected an integer")
-    return int(v)
-
-
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    text = str(v).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _level(v: Any) -> str:
-    level = str(v).lower()
-    if level not in ("debug", "info", "warning", "error"):
-        raise ValueError("expected debug, info, warning or error")
-    return level
-
-
-_PARSE: dict[str, Callable[[Any], Any]] = {
-    "runtime_dir": _path,
-    "tcp": str,
-    "curve_secret_key": _path,
-    "curve_authorized_keys": _path,
-    "tool_modules": _strings,
-    "min_workers": _bool_free_int,
-    "max_workers": _bool_free_int,
-    "max_tool_concurrency": _bool_free_int,
-    "max_tool_errors": _bool_free_int,
-    "cancel_grace": float,
-    "drain_grace": float,
-    "approval_timeout": float,
-    "max_calls_per_worker": _bool_free_int,
-    "max_worker_rss": _bool_free_int,
-    "worker_cpus": float,
-    "sandbox_disabled": lambda v: frozenset(_strings(v)),
-    "require_sandbox": lambda v: frozenset(_strings(v)),
-    "deny_read": _strings,
-    "env_passthrough": _strings,
-    "private_run": _bool,
-    "log_level": _level,
-    "log_file": _path,
-    "mcp_servers": _path,
-    "client_buffer_bytes": _bool_free_int,
-    "client_stall_seconds": float,
-    "max_sessions_per_client": _bool_free_int,
-    "max_sessions": _bool_free_int,
-    "turn_output_chars": _bool_free_int,
+_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(DaemonConfig)
+    if f.default is not dataclasses.MISSING
 }
-_LIMIT_NAMES = {f.name for f in dataclasses.fields(Limits)}
+
+
+def _check_relations(get: Callable[[str], Any], sources: Mapping[str, str]) -> None:
+    """What no single setting can say: the settings together (``get`` gives a value)."""
+
+    def named(name: str) -> str:
+        return f"{name} = {get(name)!r} ({sources.get(name, DEFAULT)})"
+
+    if get("min_workers") > get("max_workers"):
+        raise ConfigError(
+            f"{named('min_workers')} is more than {named('max_workers')}: "
+            "min_workers must be at most max_workers"
+        )
+    if get("curve_secret_key") is not None and get("curve_authorized_keys") is None:
+        raise ConfigError(
+            f"{named('curve_secret_key')} needs curve_authorized_keys "
+            "(a directory of the clients' public keys)"
+        )
+
+
+def check_tool_modules(modules: tuple[str, ...], source: str) -> None:
+    """Each module can be found: a missing one is one line naming it. Its code does
+    not run here (``find_spec`` imports only its parent packages); ``tool_registry``
+    runs it."""
+    for ref in modules:
+        if ref.endswith(".py") or "/" in ref:
+            found = Path(ref).expanduser().is_file()
+        else:
+            try:
+                found = importlib.util.find_spec(ref) is not None
+            except (ImportError, ValueError):
+                found = False
+            except Exception as exc:  # a parent package that fails as it is imported
+                raise ConfigError(
+                    f"{source}: tool_modules = {modules!r}: importing {ref!r} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
+        if not found:
+            raise ConfigError(
+                f"{source}: tool_modules = {modules!r}: no module {ref!r} "
+                "(expected an importable module name or a .py file)"
+            )
+
+
+def tool_registry(modules: Iterable[str]) -> ToolRegistry:
+    """The tools of ``modules``, loaded here; any failure of a module (its import, a
+    tool that breaks the contract) is a ConfigError of one line naming it."""
+    tools: list[Any] = []
+    for ref in modules:
+        try:
+            tools += tools_in_module(ref)
+        except Exception as exc:  # the module is operator code: anything may go wrong
+            raise ConfigError(
+                f"tool_modules: {ref!r} cannot be loaded: {type(exc).__name__}: {exc}"
+            ) from None
+    try:
+        return ToolRegistry(tools)
+    except Exception as exc:
+        raise ConfigError(f"tool_modules: {type(exc).__name__}: {exc}") from None
 
 
 def default_config_path(env: Mapping[str, str]) -> Path:
@@ -168,83 +444,123 @@ def default_config_path(env: Mapping[str, str]) -> Path:
     return Path(base) / "toolpool" / "config.toml"
 
 
+def _unknown(what: str, key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown {what} {key!r} ({hint}known: {', '.join(sorted(known))})"
+
+
+class _Layers:
+    """The values chosen so far, each with the source that set it."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}
+        self.limits: dict[str, Any] = {}
+        self.tool_limits: dict[str, dict[str, Any]] = {}
+
+    def set(self, name: str, value: Any, source: str, *, text: bool) -> None:
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise ConfigError(f"{source}: " + _unknown("setting", name, [*_BY_NAME, *_TABLES]))
+        self.values[name] = setting.parse(value, source, text=text)
+        self.sources[name] = source
+
+    def limit(self, into: dict[str, Any], name: Any, value: Any, source: str, text: bool) -> None:
+        setting = _LIMITS_BY_NAME.get(name)
+        if setting is None:
+            raise ConfigError(f"{source}: " + _unknown("limit", str(name), _LIMITS_BY_NAME))
+        into[name] = setting.parse(value, source, text=text)
+
+    def file(self, path: Path) -> None:
+        try:
+            table = tomllib.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        limits = table.pop("limits", {})
+        if not isinstance(limits, dict):
+            raise ConfigError(f"{path}: limits must be a table ([limits])")
+        for name, value in limits.items():
+            self.limit(self.limits, name, value, f"{path} [limits]", text=False)
+        tools = table.pop("tool_limits", {})
+        if not isinstance(tools, dict) or not all(isinstance(t, dict) for t in tools.values()):
+            raise ConfigError(f"{path}: tool_limits must hold tables ([tool_limits.TOOL])")
+        for tool, overrides in tools.items():
+            into = self.tool_limits.setdefault(tool, {})
+            for name, value in overrides.items():
+                self.limit(into, name, value, f"{path} [tool_limits.{tool}]", text=False)
+        for name, value in table.items():
+            self.set(name, value, str(path), text=False)
+
+    def environment(self, env: Mapping[str, str]) -> None:
+        for setting in SETTINGS:
+            if setting.env in env:
+                self.set(setting.name, env[setting.env], f"environment {setting.env}", text=True)
+        for setting in LIMIT_SETTINGS:
+            if setting.env in env:
+                source = f"environment {setting.env}"
+                self.limit(self.limits, setting.name, env[setting.env], source, text=True)
+
+    def flags(self, flags: Mapping[str, Any]) -> None:
+        for name, value in flags.items():
+            if name == "limits":
+                for limit, text in value.items():
+                    flag = _LIMITS_BY_NAME[limit].flag if limit in _LIMITS_BY_NAME else "--limits"
+                    self.limit(self.limits, limit, text, f"flag {flag}", isinstance(text, str))
+            elif name == "tool_limit":
+                for item in value:
+                    self.tool_limit(item)
+            else:
+                flag = _BY_NAME[name].flag if name in _BY_NAME else "--" + name
+                self.set(name, value, f"flag {flag}", text=isinstance(value, str))
+
+    def tool_limit(self, item: str) -> None:
+        """``--tool-limit TOOL.NAME=VALUE``."""
+        source = f"flag --tool-limit {item}"
+        match = re.fullmatch(r"([^.=\s]+)\.([^=\s]+)=(.*)", item.strip())
+        if match is None:
+            raise ConfigError(f"{source}: expected TOOL.LIMIT=VALUE (bash.wall_seconds=600)")
+        tool, name, text = match.groups()
+        self.limit(self.tool_limits.setdefault(tool, {}), name, text, source, text=True)
+
+
+_TABLES = ("limits", "tool_limits")
+
+
 def load_config(
-    flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    check_modules: bool = True,
 ) -> DaemonConfig:
-    """Defaults < TOML file < environment < flags (None flags are not given)."""
+    """Defaults < TOML file < environment < flags (None flags are not given).
+
+    ``flags`` maps setting names to values (text as the command line gives it, or the
+    setting's own type), ``"config"`` to the TOML file, ``"limits"`` to a mapping of
+    limits and ``"tool_limit"`` to ``TOOL.LIMIT=VALUE`` strings. ``check_modules``:
+    whether each tool module must be found (SPEC E2); the daemon's control commands,
+    which only need its runtime directory, skip it."""
     env = os.environ if env is None else env
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    values: dict[str, Any] = {}
-    limits = Limits()
-    tool_limits: dict[str, dict[str, Any]] = {}
+    layers = _Layers()
 
+    source = "flag --config" if "config" in flags else "environment TOOLPOOL_CONFIG"
     path = flags.pop("config", None) or env.get("TOOLPOOL_CONFIG")
-    explicit = path is not None
-    toml_path = _path(path) if path else default_config_path(env)
-    if toml_path.exists():
-        try:
-            table = tomllib.loads(toml_path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{toml_path}: {exc}") from exc
-        limits = _limits(limits, table.pop("limits", {}), f"{toml_path} [limits]")
-        for tool, overrides in table.pop("tool_limits", {}).items():
-            _limits(Limits(), overrides, f"{toml_path} [tool_limits.{tool}]")  # check only
-            tool_limits[tool] = dict(overrides)
-        values.update(_layer(table, str(toml_path)))
-    elif explicit:
-        raise ConfigError(f"no configuration file at {toml_path}")
-
-    from_env = {
-        name: env[f"TOOLPOOL_{name.upper()}"]
-        for name in _PARSE
-        if f"TOOLPOOL_{name.upper()}" in env
-    }
-    values.update(_layer(from_env, "environment (TOOLPOOL_*)"))
-    env_limits = {
-        name: env[f"TOOLPOOL_LIMITS_{name.upper()}"]
-        for name in _LIMIT_NAMES
-        if f"TOOLPOOL_LIMITS_{name.upper()}" in env
-    }
-    limits = _limits(limits, env_limits, "environment (TOOLPOOL_LIMITS_*)")
-    values.update(_layer(flags, "command line"))
+    toml_path = Path(os.path.expanduser(str(path))) if path else default_config_path(env)
+    if toml_path.is_file():
+        layers.file(toml_path)
+    elif path:
+        raise ConfigError(f"no configuration file at {toml_path} ({source})")
+    layers.environment(env)
+    layers.flags(flags)
     try:
-        return DaemonConfig(**values, limits=limits, tool_limits=tool_limits)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def _layer(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
-    parsed: dict[str, Any] = {}
-    for key, value in raw.items():
-        parse = _PARSE.get(key)
-        if parse is None:
-            known = ", ".join(sorted([*_PARSE, "limits", "tool_limits"]))
-            raise ConfigError(f"{source}: unknown setting {key!r} (known: {known})")
-        try:
-            parsed[key] = parse(value)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: {key} = {value!r}: {exc}") from None
-    return parsed
-
-
-def _limits(base: Limits, raw: Mapping[str, Any], source: str) -> Limits:
-    converted: dict[str, Any] = {}
-    for name, value in raw.items():
-        if name not in _LIMIT_NAMES:
-            raise ConfigError(f"{source}: unknown limit {name!r} (known: {sorted(_LIMIT_NAMES)})")
-        default = getattr(base, name)
-        try:
-            if isinstance(default, bool):
-                converted[name] = (
-                    value
-                    if isinstance(value, bool)
-                    else str(value).lower() in ("1", "true", "yes", "on")
-                )
-            else:
-                converted[name] = type(default)(value)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: {name} = {value!r}: {exc}") from None
-    try:
-        return base.merged(converted)
+        limits = Limits().merged(layers.limits)
     except ValueError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        raise ConfigError(f"limits: {exc}") from None
+    # Relations are judged with the sources at hand, before the dataclass judges them
+    # again without: the message names where each value came from.
+    _check_relations(lambda name: layers.values.get(name, _DEFAULTS.get(name)), layers.sources)
+    made = DaemonConfig(**layers.values, limits=limits, tool_limits=layers.tool_limits)
+    if check_modules:
+        check_tool_modules(made.tool_modules, layers.sources.get("tool_modules", DEFAULT))
+    return made

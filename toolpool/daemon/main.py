@@ -16,12 +16,11 @@ import logging
 import os
 import shutil
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from toolpool.daemon import logs
-from toolpool.daemon.config import DaemonConfig
+from toolpool.daemon.config import DaemonConfig, tool_registry
 from toolpool.daemon.server import Server, curve_keys, is_loopback
 from toolpool.engine.coordinator import Coordinator
 from toolpool.errors import ToolpoolError
@@ -29,7 +28,7 @@ from toolpool.mcp.bridges import import_mcp_servers
 from toolpool.mcp.config import McpConfigError
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.registry import ToolRegistry, tools_in_module
+from toolpool.registry import ToolRegistry
 from toolpool.runtime import (
     ENDPOINT_NAME,
     PID_NAME,
@@ -79,7 +78,11 @@ async def serve(config: DaemonConfig) -> int:
     try:
         mcp_servers = import_mcp_servers(config.mcp_servers, runtime / f"mcp-{os.getpid()}")
         async with mcp_servers as mcp_modules:
-            return await _serve(config, runtime, curve, (*config.tool_modules, *mcp_modules))
+            tool_modules = (*config.tool_modules, *mcp_modules)
+            # The tools are loaded here before any worker starts: a module that fails
+            # is one line naming it (SPEC E2), not a zygote's traceback in the log.
+            registry = tool_registry(tool_modules)
+            return await _serve(config, runtime, curve, tool_modules, registry)
     except McpConfigError as exc:
         raise DaemonError(str(exc)) from exc
 
@@ -115,6 +118,7 @@ async def _serve(
     runtime: Path,
     curve: tuple[bytes, bytes] | None,
     tool_modules: tuple[str, ...],
+    registry: ToolRegistry,
 ) -> int:
     pool = WorkerPool(
         PoolConfig(
@@ -140,7 +144,6 @@ async def _serve(
             raise
     except PoolError as exc:
         raise DaemonError(f"the worker pool did not start: {exc}") from exc
-    registry = ToolRegistry(t for m in tool_modules for t in tools_in_module(m))
     scratch = runtime / f"{SCRATCH_PREFIX}{os.getpid()}"  # removed at stop (SPEC X8)
     spill = runtime / f"{SPILL_PREFIX}{os.getpid()}"  # frames waiting for clients (L5)
     try:
@@ -286,11 +289,16 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run_foreground(config: DaemonConfig) -> int:
+    """Run the daemon; 0 when it stopped. A reason not to start (a ToolpoolError: the
+    daemon's own, a tool module's, the pool's) is logged and raised, for the command
+    line to say in one line; so is anything else that ends it at start."""
     logs.configure(config.log_level, config.log_file)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(serve(config))
-    except DaemonError as exc:
+    except (ToolpoolError, OSError) as exc:
         log.error("%s", exc)
-        print(f"toolpool daemon: {exc}", file=sys.stderr)
-        return 1
+        raise
+    except Exception as exc:  # a bug: the command line shows it (its traceback on demand)
+        log.error("the daemon failed: %s: %s", type(exc).__name__, exc)
+        raise
