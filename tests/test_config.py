@@ -194,3 +194,21 @@ def test_a_tool_module_that_fails_is_one_line_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"broken.py' cannot be loaded: ModuleNotFoundError"):
         tool_registry([str(broken)])
     assert [spec.name for spec in tool_registry(["tests.worker_tools"])][:1]
+
+
+def test_the_readmes_configuration_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Configuration") :]
+    example = section[
+        section.index("```toml\n") + 8 : section.index("\n```", section.index("```toml"))
+    ]
+    toml = write(tmp_path / "config.toml", example)
+    # my_package.tools is the reader's: only the names are judged here
+    config = load_config({}, env={"TOOLPOOL_CONFIG": str(toml)}, check_modules=False)
+    assert config.tool_modules == ("toolpool.tools", "my_package.tools")
+    assert config.tool_limits == {"bash": {"memory_bytes": 2 * 1024 * MiB}}
+    assert config == DaemonConfig(
+        runtime_dir=config.runtime_dir,
+        tool_modules=config.tool_modules,
+        tool_limits=config.tool_limits,
+    )  # every other value in it is the default it documents
