@@ -76,7 +76,7 @@ def daemon(workers: int, *flags: str, settings: dict[str, str] | None = None) ->
         argv += ["--min-workers", str(workers), "--max-workers", str(workers)]
         argv += ["--log-level", "warning", "--log-file", str(Path(tmp) / "daemon.log")]
         for module in TOOL_MODULES:
-            argv += ["--tool-module", module]
+            argv += ["--tool-modules", module]
         process = subprocess.Popen([*argv, *flags], cwd=REPO, env=env(settings))
         try:
             _wait_ready(process, runtime)

@@ -61,7 +61,7 @@ def start_daemon(
         sys.executable, "-m", "toolpool", "daemon", "run",
         "--runtime-dir", str(runtime),
         "--min-workers", "1", "--max-workers", "3",
-        "--tool-module", "toolpool.tools", "--tool-module", "tests.worker_tools",
+        "--tool-modules", "toolpool.tools,tests.worker_tools",
         "--log-file", str(log), "--log-level", "debug",
         *flags,
     ]  # fmt: skip

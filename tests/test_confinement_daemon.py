@@ -20,7 +20,7 @@ from toolpool.sandbox.profile import SandboxProfile
 from .daemon_support import ROOT, daemon_env, running_daemon
 
 PROFILE = SandboxProfile.probe()
-HOSTILE = ("--tool-module", "tests.hostile_tools")
+HOSTILE = ("--tool-modules", "tests.hostile_tools")
 
 
 def _location(kind: str) -> Path:
@@ -126,7 +126,7 @@ def test_X11_a_required_mechanism_that_is_off_stops_the_daemon(tmp_path: Path) -
         [
             sys.executable, "-m", "toolpool", "daemon", "run",
             "--runtime-dir", str(tmp_path / "rt"), "--min-workers", "1",
-            "--sandbox-disable", "landlock",
+            "--sandbox-disabled", "landlock",
         ],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

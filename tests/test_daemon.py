@@ -674,7 +674,7 @@ def test_D1_daemon_start_status_stop(tmp_path: Path) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "toolpool", "daemon", *args, "--runtime-dir", str(runtime),
-             "--min-workers", "1", "--tool-module", "toolpool.tools"],
+             "--min-workers", "1", "--tool-modules", "toolpool.tools"],
             capture_output=True, text=True, cwd=ROOT, env=env, timeout=90, check=False,
         )  # fmt: skip
 

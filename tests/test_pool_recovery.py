@@ -200,7 +200,7 @@ def test_L1_every_open_session_keeps_working_after_its_zygote_is_lost(
     tmp_path: Path, workspace: Path, tool: str
 ) -> None:
     with (
-        running_daemon(tmp_path, "--tool-module", "tests.hostile_tools") as daemon,
+        running_daemon(tmp_path, "--tool-modules", "tests.hostile_tools") as daemon,
         Client(runtime_dir=daemon.runtime, timeout=60) as one_client,
         Client(runtime_dir=daemon.runtime, timeout=60) as other_client,
         one_client.session(workspace) as first,
