@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from toolpool import ErrorCode, TextBlock, ToolCall, ToolContext, ToolResult, ToolSpec, tool
+from toolpool.client.core import call_payload
 from toolpool.engine import Coordinator, Session
 from toolpool.providers import (
     CALL_FORMATS,
@@ -685,3 +687,164 @@ def test_unparseable_arguments_are_quoted_only_in_part() -> None:
     assert error.startswith("arguments are not valid JSON (Unterminated string")
     assert error.endswith("… (10010 characters in all)")
     assert len(error) < ARGUMENTS_PREVIEW_CHARS + 120
+
+
+# --- model output as the SDKs give it (E1) ------------------------------------------------
+
+
+class Dumped:
+    """An SDK object as far as toolpool can tell: something with ``model_dump``, which
+    gives ``data`` when called as E1 says (JSON mode, by alias, without None)."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def model_dump(self, *, mode: str, by_alias: bool, exclude_none: bool) -> Any:
+        assert (mode, by_alias, exclude_none) == ("json", True, True)
+        return self.data
+
+
+def _snake_case(value: Any) -> Any:
+    """A Gemini payload as google-genai's ``model_dump()`` gives it: snake_case keys,
+    every unset field there as None."""
+    names = {"functionCall": "function_call", "finishReason": "finish_reason"}
+    if isinstance(value, dict):
+        out = {names.get(k, k): _snake_case(v) for k, v in value.items()}
+        if "parts" in out:
+            out["parts"] = [{"text": None, "function_response": None, **p} for p in out["parts"]]
+            for part in out["parts"]:
+                part.setdefault("function_call", None)
+                if part["function_call"] is not None:
+                    part["function_call"] = {
+                        "id": None,
+                        "will_continue": None,
+                        **part["function_call"],
+                    }
+        return out
+    if isinstance(value, list):
+        return [_snake_case(v) for v in value]
+    return value
+
+
+GEMINI_SNAKE = _snake_case(GEMINI)
+
+
+@pytest.mark.spec("E1")
+@pytest.mark.parametrize(
+    "payload",
+    [
+        GEMINI_SNAKE,
+        GEMINI_SNAKE["candidates"][0]["content"],
+        GEMINI_SNAKE["candidates"][0]["content"]["parts"],
+    ],
+    ids=["response", "content", "parts"],
+)
+def test_gemini_dumps_in_snake_case_are_read_like_camel_case(payload: Any) -> None:
+    assert "function_call" in json.dumps(payload) and "functionCall" not in json.dumps(payload)
+    expected = parse_tool_calls(GEMINI)
+
+    assert detect_call_format(payload) == "gemini"
+    assert parse_tool_calls(payload) == expected
+    assert parse_tool_calls(payload, "gemini") == expected
+    assert calls_from_gemini(payload) == expected
+
+
+@pytest.mark.spec("E1")
+@pytest.mark.parametrize(
+    ("whole", "payload", "expected"),
+    [
+        (ANTHROPIC, ANTHROPIC["content"], "anthropic"),
+        (RESPONSES, RESPONSES["output"], "openai-responses"),
+        (CHAT, CHAT["choices"][0]["message"]["tool_calls"], "openai"),
+        (GEMINI, GEMINI["candidates"][0]["content"]["parts"], "gemini"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_bare_lists_of_each_kind_keep_their_arguments(
+    whole: Any, payload: Any, expected: str
+) -> None:
+    """A bare ``content`` / ``output`` / ``tool_calls`` / ``parts`` list, as plain dicts and
+    as SDK objects, is read as its provider's, with its arguments; and it goes on the wire
+    as that (the client does not take its ``id``/``name`` items for toolpool's calls)."""
+    calls = parse_tool_calls(whole)
+    assert calls and any(call.arguments for call in calls)
+
+    assert detect_call_format(payload) == expected
+    assert parse_tool_calls(payload) == calls
+    assert parse_tool_calls(payload, expected) == calls
+    assert parse_tool_calls([Dumped(item) for item in payload]) == calls
+    assert call_payload(payload, None) == (payload, None)
+    assert call_payload([Dumped(item) for item in payload], None) == (payload, None)
+
+
+@pytest.mark.spec("E1")
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (ANTHROPIC, "anthropic"),
+        (CHAT, "openai"),
+        (RESPONSES, "openai-responses"),
+        (GEMINI, "gemini"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_objects_with_model_dump_are_read_through_their_dump(payload: Any, expected: str) -> None:
+    calls = parse_tool_calls(payload)
+    provider_of = PROVIDERS[expected].parse_calls
+    assert provider_of is not None
+
+    assert detect_call_format(Dumped(payload)) == expected
+    assert parse_tool_calls(Dumped(payload)) == calls
+    assert parse_tool_calls(Dumped(payload), expected) == calls
+    assert provider_of(Dumped(payload)) == calls
+    # Objects inside plain dicts too: a conversation keeps {"role", "content": blocks}.
+    nested = {
+        key: [Dumped(item) for item in value] if isinstance(value, list) else value
+        for key, value in payload.items()
+    }
+    assert parse_tool_calls(nested) == calls
+    # What the client sends: plain data, the same as the dump.
+    assert call_payload(Dumped(payload), None) == (payload, None)
+    assert call_payload(nested, expected) == (payload, expected)
+
+
+@pytest.mark.spec("E1")
+def test_an_openai_message_dumped_without_its_nulls_has_no_calls() -> None:
+    assert parse_tool_calls(Dumped({"role": "assistant"})) == []
+    assert parse_tool_calls({"role": "assistant", "refusal": "I can't help with that."}) == []
+
+
+@pytest.mark.spec("E1")
+@pytest.mark.parametrize(
+    ("payload", "provider_name", "where", "keys"),
+    [
+        ([{"id": "1", "name": "lookup", "input": {"key": "a"}}], None, "item 0", "key 'input'"),
+        ([{"id": "1", "name": "lookup", "input": {}}], "toolpool", r"calls\[0\]", "key 'input'"),
+        (
+            [{"id": "1", "name": "lookup", "arguments": {}, "args": {}, "kwargs": {}}],
+            None,
+            "item 0",
+            "keys 'args', 'kwargs'",
+        ),
+        ([{"name": "lookup", "args": {"key": "a"}}], None, "item 0", "key 'args'"),
+        ({"role": "assistant", "text": "hi"}, None, "cannot tell the format", "key 'text'"),
+        (
+            {"id": "1", "name": "lookup", "input": {}},
+            None,
+            "cannot tell the format",
+            "keys 'id', 'input', 'name'",
+        ),
+    ],
+)
+def test_a_dict_that_matches_no_format_is_refused_naming_the_formats_and_the_key(
+    payload: Any, provider_name: str | None, where: str, keys: str
+) -> None:
+    with pytest.raises(ValueError, match="not understood") as refused:
+        parse_tool_calls(payload, provider_name)
+    message = str(refused.value)
+
+    assert re.match(where, message)
+    assert f"{keys} not understood" in message
+    assert "toolpool, openai, openai-responses, anthropic, gemini" in message
+    # The client does not send it as toolpool's calls either: the daemon refuses it so.
+    assert call_payload(payload, None) == (payload, None)

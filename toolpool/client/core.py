@@ -152,10 +152,15 @@ def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
     """What goes on the wire for ``calls``: ToolCalls or their dicts (toolpool's
     format), or model output in ``format`` ("openai", "openai-responses",
     "anthropic", "gemini"); with ``format=None`` and something else than ToolCalls,
-    the daemon detects the format."""
+    the daemon detects the format. Model output may be the provider SDKs' own
+    objects: they go as their JSON dump (SPEC E1)."""
+    if isinstance(calls, ToolCall):
+        calls = [calls]
     if format in (None, "toolpool") and _is_toolpool_calls(calls):
         return [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls], "toolpool"
-    return calls, format
+    from toolpool.providers.payload import plain
+
+    return plain(calls), format
 
 
 def submit_message(
@@ -177,10 +182,16 @@ def _is_toolpool_calls(calls: Any) -> bool:
         return False
     if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
         return False
+    # A dict with any other key is not toolpool's (an Anthropic ``tool_use`` block, a
+    # Responses ``function_call`` item…): the daemon detects its format, or refuses it.
     return all(
-        isinstance(c, ToolCall) or (isinstance(c, Mapping) and {"id", "name"} <= c.keys())
+        isinstance(c, ToolCall)
+        or (isinstance(c, Mapping) and {"id", "name"} <= c.keys() <= _TOOLPOOL_CALL_KEYS)
         for c in calls
     )
+
+
+_TOOLPOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "arguments_error"})
 
 
 def results_as(results: Iterable[ToolResult], format: str) -> Any:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
-from toolpool.providers.payload import as_list, as_object, object_arguments, required_text
+from toolpool.providers.payload import as_list, as_object, dumped, object_arguments, required_text
 from toolpool.registry import ToolSpec
 
 
@@ -34,7 +34,7 @@ def calls_from_anthropic(payload: Any) -> list[ToolCall]:
     Text, thinking and server-tool blocks (``server_tool_use``: Anthropic runs those
     itself) are skipped. A message whose content is a plain string has no calls.
     """
-    where = "content"
+    where, payload = "content", dumped(payload)
     if isinstance(payload, Mapping):
         payload, where = payload.get("content"), "message.content"
         if isinstance(payload, str):

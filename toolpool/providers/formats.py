@@ -31,7 +31,7 @@ from toolpool.providers.openai_responses import (
     results_to_openai_responses,
     tools_to_openai_responses,
 )
-from toolpool.providers.payload import as_list, as_object, kind_of, object_arguments
+from toolpool.providers.payload import as_list, as_object, dumped, kind_of, object_arguments
 from toolpool.registry import ToolSpec
 
 
@@ -89,9 +89,15 @@ def results_to_provider(
     return provider(provider_name).results(results)
 
 
+# The keys of a call in toolpool's own shape (ToolCall.to_dict()); any other key is
+# not understood, and refused rather than dropped (E1).
+TOOLPOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "arguments_error"})
+
+
 def calls_from_toolpool(payload: Any) -> list[ToolCall]:
     """Calls already in toolpool's shape: a ToolCall, or a list of ToolCalls or their
-    ``to_dict()`` form (``{"id", "name", "arguments", "arguments_error"?}``)."""
+    ``to_dict()`` form (``{"id", "name", "arguments", "arguments_error"?}``). A dict
+    with any other key is refused (``input`` is not ``arguments``)."""
     if isinstance(payload, ToolCall):
         return [payload]
     return [_toolpool_call(item, f"calls[{i}]") for i, item in enumerate(as_list(payload, "calls"))]
@@ -101,6 +107,9 @@ def _toolpool_call(raw: object, where: str) -> ToolCall:
     if isinstance(raw, ToolCall):
         return raw
     item = as_object(raw, where)
+    unknown = item.keys() - TOOLPOOL_CALL_KEYS
+    if unknown:
+        raise ValueError(f"{where} {_not_a_toolpool_call(unknown)}")
     for key in ("id", "name"):
         if not isinstance(item.get(key), str) or not item[key]:
             raise ValueError(f"{where}.{key} must be a non-empty string, got {item.get(key)!r}")
@@ -118,6 +127,23 @@ _CALL_PARSERS: Mapping[str, Callable[[Any], list[ToolCall]]] = MappingProxyType(
     }
 )
 CALL_FORMATS: tuple[str, ...] = tuple(_CALL_PARSERS)
+
+
+def _keys(keys: Iterable[str]) -> str:
+    """``key 'a'`` or ``keys 'a', 'b'``."""
+    names = sorted(keys)
+    return f"key{'s' if len(names) > 1 else ''} {', '.join(repr(k) for k in names)}"
+
+
+def _not_a_toolpool_call(unknown: Iterable[str]) -> str:
+    """What to say of a call-like dict with keys toolpool's calls do not have."""
+    return (
+        f"matches no call format ({', '.join(CALL_FORMATS)}): {_keys(unknown)} not "
+        "understood; a toolpool call has only 'id', 'name', 'arguments' and "
+        "'arguments_error', and model output is read whole (the message, the response, "
+        "the content/output/parts list) or with its format named"
+    )
+
 
 # Keys that only one format's messages or responses have.
 _MESSAGE_KEYS = {
@@ -137,9 +163,14 @@ def parse_tool_calls(payload: Any, provider: str | None = None) -> list[ToolCall
     (see ``detect_call_format``). Malformed input raises ValueError saying what is
     wrong where; arguments the model wrote that are not a JSON object do not raise,
     they become that call's ``arguments_error`` (an error result at P5).
+
+    ``payload`` may be a provider SDK's own object (a ``Message``, a
+    ``ChatCompletion``, a ``GenerateContentResponse``…) or a list of them
+    (``message.content``): each is read through its ``model_dump`` (E1).
     """
+    payload = _dumped(payload)
     if provider is None:
-        detected = detect_call_format(payload)
+        detected = _detected(payload)
         if detected is None:
             return []
         provider = detected
@@ -157,8 +188,15 @@ def detect_call_format(payload: Any) -> str | None:
     ``choices``: OpenAI Chat; ``output``: Responses; ``candidates`` or ``parts``:
     Gemini; a ``content`` list: Anthropic). A list by its call items (``tool_use``,
     ``function_call``, ``{"type": "function", "function": …}``, ``functionCall``
-    parts, ToolCalls). Keys or items of two formats raise ValueError.
+    parts, ToolCalls), snake_case Gemini parts (``function_call``) included. Keys or
+    items of two formats raise ValueError, and so does a dict that matches no format
+    (the error names the formats and the keys not understood). SDK objects are read
+    through their dump (E1).
     """
+    return _detected(_dumped(payload))
+
+
+def _detected(payload: Any) -> str | None:
     if isinstance(payload, ToolCall):
         return "toolpool"
     if isinstance(payload, Mapping):
@@ -166,6 +204,21 @@ def detect_call_format(payload: Any) -> str | None:
     if isinstance(payload, Sequence) and not isinstance(payload, str | bytes):
         return _list_format(payload)
     raise ValueError(f"tool calls come in a message (a dict) or a list, not a {kind_of(payload)}")
+
+
+def _dumped(payload: Any) -> Any:
+    """An SDK object's dump, and a list's SDK objects dumped (once, not at every look)."""
+    payload = dumped(payload)
+    if isinstance(payload, list | tuple) and not all(
+        isinstance(item, Mapping | ToolCall) for item in payload
+    ):
+        return [dumped(item) for item in payload]
+    return payload
+
+
+# The keys of an assistant message that holds no call: OpenAI Chat's, when a dump
+# left out its null ``content`` and ``tool_calls`` (exclude_none).
+_NO_CALL_MESSAGE_KEYS = frozenset({"role", "refusal", "annotations", "audio"})
 
 
 def _message_format(payload: Mapping[str, Any]) -> str | None:
@@ -179,13 +232,23 @@ def _message_format(payload: Mapping[str, Any]) -> str | None:
     if formats:
         return formats[0]
     content = payload.get("content")
-    if isinstance(content, list):
+    if isinstance(content, list | tuple):
         return "anthropic"
     if "content" in payload and (content is None or isinstance(content, str)):
         return None  # a message of text only, in either OpenAI's or Anthropic's shape
+    if "role" in payload and payload.keys() <= _NO_CALL_MESSAGE_KEYS:
+        return None
+    if not payload:
+        raise ValueError(
+            f"an empty object matches no call format ({', '.join(CALL_FORMATS)}): expected an "
+            "assistant message, a model response or a list of calls"
+        )
+    unknown = payload.keys() - {"role"} or payload.keys()
+    alone = " (one call or block alone goes in a list)" if _CALL_LIKE_KEYS & payload.keys() else ""
     raise ValueError(
-        f"cannot tell the format of an object with keys {sorted(payload)}: expected an "
-        "assistant message, a model response or an output list"
+        f"cannot tell the format of an object with keys {sorted(payload)}: it matches no "
+        f"call format ({', '.join(CALL_FORMATS)}), {_keys(unknown)} not understood; "
+        f"expected an assistant message, a model response or a list of calls{alone}"
     )
 
 
@@ -212,8 +275,16 @@ def _item_format(item: Any, index: int) -> str | None:
         return "openai-responses"
     if "function" in block:
         return "openai"
-    if "functionCall" in block:
-        return "gemini"
-    if kind is None and {"id", "name", "arguments"} <= block.keys():
+    if kind is None and ("functionCall" in block or "function_call" in block):
+        return "gemini"  # a Part, in camelCase or snake_case
+    if kind is None and _CALL_LIKE_KEYS & block.keys():
+        unknown = block.keys() - TOOLPOOL_CALL_KEYS
+        if unknown:
+            raise ValueError(f"item {index} {_not_a_toolpool_call(unknown)}")
         return "toolpool"
-    return None
+    return None  # text, reasoning, a hosted tool's item: no call
+
+
+# An item without a ``type`` that has one of these keys is meant as a call in
+# toolpool's shape: it is read as one, or refused, never skipped.
+_CALL_LIKE_KEYS = frozenset({"id", "name", "arguments", "input", "args"})

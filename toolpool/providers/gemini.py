@@ -23,7 +23,13 @@ from typing import Any
 
 from toolpool.models import ImageBlock, JSONObject, ToolCall, ToolResult
 from toolpool.providers.gemini_schema import gemini_parameters
-from toolpool.providers.payload import as_list, as_object, object_arguments, required_text
+from toolpool.providers.payload import (
+    as_list,
+    as_object,
+    dumped,
+    object_arguments,
+    required_text,
+)
 from toolpool.registry import ToolSpec
 
 # Ids toolpool makes up for calls the model sent without one: the prefix and the
@@ -37,19 +43,22 @@ def calls_from_gemini(payload: Any) -> list[ToolCall]:
     """The function calls of a ``generateContent`` response, a ``Content``, or its parts.
 
     A response must hold at most one candidate (none, as when the prompt was blocked,
-    means no calls). Text, thought and other parts are skipped. Calls without an
+    means no calls). Text, thought and other parts are skipped. Keys are read in
+    camelCase (the API's JSON, an SDK object's dump by alias) or snake_case (the
+    google-genai SDK's ``model_dump()``): ``functionCall`` or ``function_call``. Calls without an
     ``id`` get ``gemini-call-<n>``, n counting the message's function calls from 0.
     """
-    parts, where = payload, "parts"
-    if isinstance(payload, Mapping):
-        parts, where = _parts_of(payload)
+    parts, where = dumped(payload), "parts"
+    if isinstance(parts, Mapping):
+        parts, where = _parts_of(parts)
     calls: list[ToolCall] = []
     for i, raw in enumerate(as_list(parts, where)):
         part = as_object(raw, f"{where}[{i}]")
-        if "functionCall" not in part:
+        key = "functionCall" if part.get("functionCall") is not None else "function_call"
+        if part.get(key) is None:
             continue
-        at = f"{where}[{i}].functionCall"
-        call = as_object(part["functionCall"], at)
+        at = f"{where}[{i}].{key}"
+        call = as_object(part[key], at)
         call_id = call.get("id") or f"{SYNTHETIC_ID_PREFIX}{len(calls)}"
         if not isinstance(call_id, str):
             raise ValueError(f"{at}.id must be a string, got {call_id!r}")

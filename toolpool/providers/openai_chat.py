@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolpool.models import ImageBlock, JSONObject, TextBlock, ToolCall, ToolResult
-from toolpool.providers.payload import as_list, as_object, json_arguments, required_text
+from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
 from toolpool.registry import ToolSpec
 
 
@@ -32,9 +32,9 @@ def calls_from_openai_chat(payload: Any) -> list[ToolCall]:
     then hold exactly one choice), or the ``tool_calls`` list itself. A message
     without ``tool_calls`` (or with ``null``) has no calls.
     """
-    tool_calls, where = payload, "tool_calls"
-    if isinstance(payload, Mapping):
-        message, at = _message_of(payload)
+    tool_calls, where = dumped(payload), "tool_calls"
+    if isinstance(tool_calls, Mapping):
+        message, at = _message_of(tool_calls)
         tool_calls, where = message.get("tool_calls") or [], f"{at}.tool_calls"
     return [_call(item, f"{where}[{i}]") for i, item in enumerate(as_list(tool_calls, where))]
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
-from toolpool.providers.payload import as_list, as_object, json_arguments, required_text
+from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
 from toolpool.registry import ToolSpec
 
 
@@ -29,7 +29,7 @@ def calls_from_openai_responses(payload: Any) -> list[ToolCall]:
     Every other item (``reasoning``, ``message``, hosted tools such as
     ``web_search_call`` that OpenAI runs itself) is skipped.
     """
-    where = "output"
+    where, payload = "output", dumped(payload)
     if isinstance(payload, Mapping):
         payload, where = payload.get("output"), "response.output"
     calls = []

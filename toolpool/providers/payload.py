@@ -6,6 +6,11 @@ ValueError saying what is wrong and where (``message.tool_calls[1].function``). 
 *arguments* the model wrote that are not a JSON object are the model's mistake: they
 become the call's ``arguments_error``, so that the pipeline answers that one call at
 P5 with an error result the model can read, and the rest of the turn runs.
+
+The provider SDKs' own objects (Anthropic's ``Message``, OpenAI's ``ChatCompletion``,
+Gemini's ``GenerateContentResponse``, and every block, item and part in them) are
+read through their JSON dump (SPEC E1), without importing any SDK: anything with a
+``model_dump`` method is dumped where a JSON object or list is expected.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolpool.models import JSONObject
+from toolpool.models import JSONObject, ToolCall
 
 # How much of unparseable arguments an error message quotes: enough to see where the
 # JSON went wrong, bounded because a cut-off call can be megabytes of file content.
@@ -38,15 +43,62 @@ def kind_of(value: object) -> str:
     return type(value).__name__
 
 
+_SCALARS = (str, int, float, bool, type(None), bytes)
+
+
+def dumped(value: Any) -> Any:
+    """An SDK object as its JSON dump (E1); anything else as it is.
+
+    An object is taken for a pydantic model when it has a callable ``model_dump``
+    (every provider SDK's types are): it is called with ``mode="json",
+    by_alias=True, exclude_none=True``, which gives the API's own JSON (camelCase keys
+    for Gemini) without the fields the model did not set.
+    """
+    if type(value) in _SCALARS or isinstance(value, Mapping | list | tuple | ToolCall):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if not callable(dump):
+        return value
+    try:
+        return dump(mode="json", by_alias=True, exclude_none=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot read the {type(value).__name__} object: {exc}") from None
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain JSON data, every SDK object in it dumped (``dumped``) and
+    ToolCalls as their ``to_dict()``: what the wire carries. Containers with nothing
+    to convert come back as they are."""
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, ToolCall):
+        return value.to_dict()
+    value = dumped(value)
+    if isinstance(value, Mapping):
+        items = {key: plain(item) for key, item in value.items()}
+        same = type(value) is dict and all(items[k] is value[k] for k in items)
+        return value if same else items
+    if isinstance(value, list | tuple):
+        converted = [plain(item) for item in value]
+        same = type(value) is list and all(a is b for a, b in zip(converted, value, strict=True))
+        return value if same else converted
+    return value
+
+
 def as_object(value: object, where: str) -> Mapping[str, Any]:
-    """``value`` as a JSON object, or ValueError naming ``where``."""
+    """``value`` (or an SDK object's dump) as a JSON object, or ValueError naming ``where``."""
+    if isinstance(value, Mapping):
+        return value
+    value = dumped(value)
     if not isinstance(value, Mapping):
         raise ValueError(f"{where} must be an object, got {kind_of(value)}")
     return value
 
 
 def as_list(value: object, where: str) -> Sequence[Any]:
-    """``value`` as a JSON list, or ValueError naming ``where``."""
+    """``value`` (or an SDK object's dump) as a JSON list, or ValueError naming ``where``."""
+    if not isinstance(value, list | tuple):
+        value = dumped(value)
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise ValueError(f"{where} must be a list, got {kind_of(value)}")
     return value
