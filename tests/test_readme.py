@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .daemon_support import daemon_env, running_daemon
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +25,7 @@ def run(code: str, cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+@pytest.mark.spec("E1")
 def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -31,6 +34,7 @@ def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
         env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
         blocking = run(EXAMPLES[0], project, env).splitlines()
         asynchronous = run(EXAMPLES[1], project, env).splitlines()
+        anthropic = run(EXAMPLES[2], project, env).splitlines()
     assert blocking[-3:] == [
         "1 ok Found 1 matching line in 1 file",
         "2 ok      1\t# my project",
@@ -40,7 +44,9 @@ def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
     assert "turn_end" in blocking[-4]
     assert asynchronous[0] == "tool_start"
     assert asynchronous[-2:] == ["./", "  README.md"]
+    # E1: the SDK's own Message object, submitted as it is.
+    assert anthropic == ["user toolu_1 False", "     1\t# my project"]
 
 
 def test_readme_embedding_example_runs(tmp_path: Path) -> None:
-    assert run(EXAMPLES[2], tmp_path, daemon_env(tmp_path)).splitlines() == ["4"]
+    assert run(EXAMPLES[3], tmp_path, daemon_env(tmp_path)).splitlines() == ["4"]
