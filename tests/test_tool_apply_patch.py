@@ -728,14 +728,7 @@ def test_a_patch_from_old_and_new_gives_new_and_a_stale_one_changes_nothing(
     assert snapshot(workspace) == before
 
 
-# --- through a real daemon: the tools load by module, run in workers, stamps travel ------
-
-MODULES = (
-    "--tool-module",
-    "toolpool.tools.multi_edit",
-    "--tool-module",
-    "toolpool.tools.apply_patch",
-)
+# --- through a real daemon: the built-ins run in workers, stamps travel ------
 
 
 @pytest.mark.spec("F1", "F5", "P7")
@@ -755,7 +748,7 @@ def test_a_session_applies_a_multi_file_patch_and_a_multi_edit(
     )  # fmt: skip
     stale = patch("*** Add File: other.py", "+o", "*** Update File: lib.py", "@@", "-gone", "+b")
     with (
-        running_daemon(tmp_path, *MODULES) as daemon,
+        running_daemon(tmp_path) as daemon,
         Client(runtime_dir=daemon.runtime, timeout=60) as client,
         client.session(workspace) as session,
     ):

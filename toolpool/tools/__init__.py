@@ -1,4 +1,5 @@
-"""The built-in tools (SPEC F1): read, glob, grep, ls, edit, write — and bash.
+"""The built-in tools (SPEC F1): read, glob, grep, ls, edit, multi_edit, apply_patch,
+write — and bash.
 
 Every one resolves paths against the session's workspace and refuses paths outside
 it and its extra roots (``paths.py``). read, edit and write share the session's
@@ -6,11 +7,13 @@ file-read register: edit and write change only files read whole and unchanged si
 (F2, F3), and renew the stamp after writing (F5). ``docs/tools.md`` describes them.
 """
 
+from toolpool.tools.apply_patch import ApplyPatchTool, apply_patch_tool
 from toolpool.tools.bash import Bash, bash
 from toolpool.tools.edit import EditTool
 from toolpool.tools.glob import GlobTool
 from toolpool.tools.grep import GrepTool
 from toolpool.tools.ls import LsTool
+from toolpool.tools.multi_edit import MultiEditTool, multi_edit_tool
 from toolpool.tools.read import ReadTool
 from toolpool.tools.write import WriteTool
 
@@ -21,7 +24,16 @@ ls_tool = LsTool()
 edit_tool = EditTool()
 write_tool = WriteTool()
 
-FILE_TOOLS = [read_tool, glob_tool, grep_tool, ls_tool, edit_tool, write_tool]
+FILE_TOOLS = [
+    read_tool,
+    glob_tool,
+    grep_tool,
+    ls_tool,
+    edit_tool,
+    multi_edit_tool,
+    apply_patch_tool,
+    write_tool,
+]
 BUILTIN_TOOLS = [*FILE_TOOLS, bash]
 TOOLS = BUILTIN_TOOLS  # what tools_in_module("toolpool.tools") loads
 
@@ -29,18 +41,22 @@ __all__ = [
     "BUILTIN_TOOLS",
     "FILE_TOOLS",
     "TOOLS",
+    "ApplyPatchTool",
     "Bash",
     "EditTool",
     "GlobTool",
     "GrepTool",
     "LsTool",
+    "MultiEditTool",
     "ReadTool",
     "WriteTool",
+    "apply_patch_tool",
     "bash",
     "edit_tool",
     "glob_tool",
     "grep_tool",
     "ls_tool",
+    "multi_edit_tool",
     "read_tool",
     "write_tool",
 ]
