@@ -272,7 +272,7 @@ SCENARIOS: list[Any] = [
 ]  # fmt: skip
 
 
-@pytest.mark.spec("F1", "F3")
+@pytest.mark.spec("F11", "F3")
 @pytest.mark.parametrize(("tree", "text", "read", "expected"), SCENARIOS)
 def test_scenario(
     workspace: Path, ctx: ToolContext, tree: Tree, text: str, read: list[str], expected: Any
@@ -310,7 +310,7 @@ def in_order(text: str, parts: str) -> bool:
     return True
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
@@ -339,7 +339,7 @@ def test_parse_errors_name_the_line(text: str, line: int, message: str) -> None:
 # --- all or none, across files ----------------------------------------------------------
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_a_later_file_that_does_not_match_leaves_every_file_as_it_was(
     workspace: Path, ctx: ToolContext
 ) -> None:
@@ -360,7 +360,7 @@ def test_a_later_file_that_does_not_match_leaves_every_file_as_it_was(
     assert snapshot(workspace) == before
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_a_write_that_fails_midway_is_rolled_back(
     workspace: Path, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -401,7 +401,7 @@ def test_a_write_that_fails_midway_is_rolled_back(
     assert (workspace / "a.txt").stat().st_ino == inode
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_a_delete_that_fails_puts_back_the_files_written_and_deleted(
     workspace: Path, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -433,7 +433,7 @@ def test_a_delete_that_fails_puts_back_the_files_written_and_deleted(
 # --- what guards what -----------------------------------------------------------------
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_update_needs_no_read_its_context_is_the_guard(workspace: Path, ctx: ToolContext) -> None:
     # Given a file never read
     (workspace / "a.py").write_text("x = 1\ny = 2\n")
@@ -558,7 +558,7 @@ def test_the_preview_is_the_diff_of_every_file(workspace: Path, ctx: ToolContext
     )
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_crlf_bom_and_a_moved_file_s_mode_are_kept(workspace: Path, ctx: ToolContext) -> None:
     (workspace / "win.txt").write_bytes(codecs.BOM_UTF8 + b"one\r\ntwo\r\nthree\r\n")
     (workspace / "run.sh").write_text("echo old\n")
@@ -576,7 +576,7 @@ def test_crlf_bom_and_a_moved_file_s_mode_are_kept(workspace: Path, ctx: ToolCon
     assert sorted(p.name for p in workspace.iterdir()) == ["bin", "win.txt"]
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_a_whitespace_near_miss_is_quoted(workspace: Path, ctx: ToolContext) -> None:
     (workspace / "s.py").write_text("if  ready :\n    go( )\n")
     with pytest.raises(ToolError) as caught:
@@ -587,7 +587,7 @@ def test_a_whitespace_near_miss_is_quoted(workspace: Path, ctx: ToolContext) -> 
     )
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 def test_a_file_that_is_not_utf8_is_refused(workspace: Path, ctx: ToolContext) -> None:
     (workspace / "l.txt").write_bytes("café\n".encode("latin-1"))
     with pytest.raises(ToolError, match=r"Update File l.txt: it is not UTF-8 text"):
@@ -632,7 +632,7 @@ def test_paths_outside_the_roots_are_refused(
     assert (workspace / "in.txt").read_text() == "top secret\n"
 
 
-@pytest.mark.spec("F1", "S1")
+@pytest.mark.spec("F11", "S1")
 def test_it_declares_what_edit_declares_and_names_its_files(
     workspace: Path, ctx: ToolContext
 ) -> None:
@@ -696,7 +696,7 @@ def patch_from(path: str, old: list[str], new: list[str]) -> str:
     return patch(*body)
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F11")
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -731,7 +731,7 @@ def test_a_patch_from_old_and_new_gives_new_and_a_stale_one_changes_nothing(
 # --- through a real daemon: the built-ins run in workers, stamps travel ------
 
 
-@pytest.mark.spec("F1", "F5", "P7")
+@pytest.mark.spec("F11", "F5", "P7")
 def test_a_session_applies_a_multi_file_patch_and_a_multi_edit(
     tmp_path: Path, workspace: Path
 ) -> None:

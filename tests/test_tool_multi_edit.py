@@ -45,7 +45,7 @@ def ctx(workspace: Path) -> ToolContext:
     return tool_context(workspace)
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F10")
 def test_edits_apply_in_order_each_to_the_text_the_ones_before_left(
     workspace: Path, ctx: ToolContext
 ) -> None:
@@ -71,7 +71,7 @@ def test_edits_apply_in_order_each_to_the_text_the_ones_before_left(
     )
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F10")
 @pytest.mark.parametrize(
     ("pairs", "message"),
     [
@@ -116,7 +116,7 @@ def test_a_failing_edit_is_named_by_its_index_and_nothing_is_written(
     assert sorted(p.name for p in workspace.iterdir()) == ["m.py"]
 
 
-@pytest.mark.spec("F1", "T4")
+@pytest.mark.spec("F10", "T4")
 @pytest.mark.parametrize(
     ("pairs", "message"),
     [
@@ -134,7 +134,7 @@ def test_pointless_edits_are_refused_in_validate_by_index(
     assert verdict.message.startswith(message)
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F10")
 def test_the_schema_asks_for_at_least_one_edit_and_known_keys() -> None:
     spec = ToolSpec(multi_edit_tool)
     assert not spec.checker.check({"path": "a", "edits": []}).ok
@@ -144,7 +144,7 @@ def test_the_schema_asks_for_at_least_one_edit_and_known_keys() -> None:
     assert spec.checker.check({"path": "a", "edits": [{"old_string": "a", "new_string": "b"}]}).ok
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F10")
 def test_a_missing_file_points_to_write(workspace: Path, ctx: ToolContext) -> None:
     (workspace / "config.toml").write_text("")
     verdict = multi_edit_tool.validate({"path": "config.tml", "edits": edits(("a", "b"))}, ctx)
@@ -154,7 +154,7 @@ def test_a_missing_file_points_to_write(workspace: Path, ctx: ToolContext) -> No
     )
 
 
-@pytest.mark.spec("F1")
+@pytest.mark.spec("F10")
 def test_crlf_and_bom_are_kept(workspace: Path, ctx: ToolContext) -> None:
     # Given a CRLF file with a byte order mark
     (workspace / "win.txt").write_bytes(codecs.BOM_UTF8 + b"first\r\nsecond\r\nthird\r\n")
@@ -235,7 +235,7 @@ def test_paths_are_confined_like_edit(workspace: Path, outside: Path, ctx: ToolC
     assert (outside / "secret.txt").read_text() == "top secret\n"
 
 
-@pytest.mark.spec("F1", "S1")
+@pytest.mark.spec("F10", "S1")
 def test_it_declares_what_edit_declares() -> None:
     from toolpool.tools import edit_tool
 
