@@ -47,7 +47,7 @@ from toolpool.client import (
     ClientError,
     ClientProtocolError,
 )
-from toolpool.client.control import ControlError, ensure_running, stop_background
+from toolpool.client.control import ControlError, ExitCode, ensure_running, stop_background
 from toolpool.models import ToolCall, ToolEnd, ToolResult, ToolUpdate, UpdateKind
 from toolpool.providers import results_to_mcp
 from toolpool.runtime import running_pid
@@ -182,20 +182,20 @@ def serve_stdio(
     try:
         ours = ensure_running(runtime_dir, log_file=log_file, out=sys.stderr)
     except ControlError as exc:
-        print(f"toolpool mcp serve: {exc}", file=sys.stderr)
-        return 1
-    others, code = 0, 1
+        print(f"toolpool: error: mcp serve: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    others, code = 0, ExitCode.FAILED
     try:
         others = anyio.run(serve, workspace.resolve(), runtime_dir)
-        code = 0
+        code = ExitCode.OK
     except* ClientError as failures:  # the daemon went away, or refused the session
         for failure in failures.exceptions:
-            print(f"toolpool mcp serve: {failure}", file=sys.stderr)
+            print(f"toolpool: error: mcp serve: {failure}", file=sys.stderr)
     finally:
         if ours is not None and running_pid(runtime_dir) == ours:
             if others:
                 print(
-                    f"toolpool mcp serve: the daemon goes on for {others} other clients",
+                    f"toolpool: note: mcp serve: the daemon goes on for {others} other clients",
                     file=sys.stderr,
                 )
             else:
