@@ -63,7 +63,10 @@ async def await_call(
         why = "it ran past its wall time" if past_wall_time else "it did not stop when cancelled"
         await processes.terminate([worker], f"{why} and was killed")
         outcome = PoolOutcome(
-            OutcomeStatus.CANCELLED, escalation=Escalation.KILLED, worker_id=worker.id
+            OutcomeStatus.CANCELLED,
+            escalation=Escalation.KILLED,
+            worker_id=worker.id,
+            worker_pid=worker.pid,
         )
     return (overran(outcome, limits) if past_wall_time else outcome), True
 
@@ -77,6 +80,7 @@ def answered(worker: Worker, result: Result, escalation: Escalation | None = Non
         result.stamps,
         escalation=escalation,
         worker_id=worker.id,
+        worker_pid=worker.pid,
     )
 
 
@@ -90,8 +94,11 @@ def lost(worker: Worker, limits: Limits) -> PoolOutcome:
             OutcomeStatus.LIMIT,
             cause=f"memory limit (memory_bytes = {limits.memory_bytes})",
             worker_id=worker.id,
+            worker_pid=worker.pid,
         )
-    return PoolOutcome(OutcomeStatus.LOST, cause=exit_.describe(), worker_id=worker.id)
+    return PoolOutcome(
+        OutcomeStatus.LOST, cause=exit_.describe(), worker_id=worker.id, worker_pid=worker.pid
+    )
 
 
 def overran(outcome: PoolOutcome, limits: Limits) -> PoolOutcome:
@@ -104,6 +111,7 @@ def overran(outcome: PoolOutcome, limits: Limits) -> PoolOutcome:
         cause=f"wall time limit of {limits.wall_seconds:g} s",
         escalation=outcome.escalation,
         worker_id=outcome.worker_id,
+        worker_pid=outcome.worker_pid,
     )
 
 

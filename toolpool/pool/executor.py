@@ -83,6 +83,8 @@ class PoolExecutor:
             details["usage"] = outcome.usage
         if outcome.worker_id:
             details["worker"] = outcome.worker_id
+        if outcome.worker_pid:
+            details["worker_pid"] = outcome.worker_pid
         if outcome.escalation:
             details["escalation"] = outcome.escalation.value
         match outcome.status:

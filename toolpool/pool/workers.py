@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.errors import ToolpoolError
-from toolpool.protocol import CallStatus, Result
+from toolpool.protocol import CallContext, CallStatus, Result
 from toolpool.sandbox.cgroups import WorkerCgroup
 from toolpool.sandbox.limits import Limits, MiB
 from toolpool.sandbox.policy import Policy
@@ -44,6 +44,7 @@ class PoolConfig:
     runtime_dir: Path | None = None
     spawn_timeout: float = 10.0
     policy: Policy = field(default_factory=Policy.default)  # what confined code may see
+    background_wall_seconds: float = 3600.0  # how long a background shell may run
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:
@@ -80,11 +81,14 @@ class WorkerExit:
 @dataclass(slots=True, eq=False)
 class Flight:
     """A call on a worker. ``wake`` is the one future its waiter sleeps on, woken by
-    whichever comes first: its result, its worker's end, a cancel or its wall time."""
+    whichever comes first: its result, its worker's end, a cancel or its wall time.
+    ``context`` and ``limits`` are the call's: a background shell it starts gets them."""
 
     call_id: str
     on_progress: Callable[[Any], None]
     wake: asyncio.Future[None]
+    context: CallContext | None = None
+    limits: Limits | None = None
     result: Result | None = None
 
     def answer(self, result: Result) -> None:
@@ -156,6 +160,7 @@ class PoolOutcome:
     cause: str | None = None
     escalation: Escalation | None = None  # for cancels and overruns
     worker_id: str | None = None
+    worker_pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
