@@ -72,7 +72,8 @@ DEPRECATED_FLAGS = (("--tool-module", "tool_modules"), ("--sandbox-disable", "sa
 
 
 def _add_daemon_flags(parser: argparse.ArgumentParser) -> None:
-    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS, Boolean, Names
+    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
+    from toolpool.daemon.value_kinds import Boolean, Names
 
     parser.add_argument("--config", help="TOML configuration file")
     for setting in (*SETTINGS, *LIMIT_SETTINGS):
@@ -289,6 +290,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    """The audit log's records; the file is ``--file``, else the configured one."""
+    from toolpool.client.audit import print_audit
+
+    path = args.file
+    if path is None:
+        from toolpool.daemon.config import load_config
+
+        path = load_config({"config": args.config}).audit_log
+        if path is None:
+            raise UsageError("audit: no audit log: set audit_log, or say --file PATH")
+    print_audit(path, session=args.session, follow=args.follow, raw=args.json)
+    return ExitCode.OK
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     """Print which sandbox mechanisms this machine offers, and what is off and why."""
     import shutil
@@ -422,6 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="show the sandbox profile this machine offers")
     doctor.set_defaults(handler=_cmd_doctor)
+
+    audit = commands.add_parser("audit", help="the audit log: one line per call (no daemon needed)")
+    audit.add_argument("--file", type=Path, help="the log (default: the audit_log setting)")
+    audit.add_argument("--config", help="TOML configuration file, for its audit_log")
+    audit.add_argument("--session", help="only this session's calls")
+    audit.add_argument("--follow", "-f", action="store_true", help="wait for new lines")
+    audit.add_argument("--json", action="store_true", help="the records as JSON lines")
+    audit.set_defaults(handler=_cmd_audit)
 
     mcp = commands.add_parser("mcp", help="toolpool and the Model Context Protocol")
     mcp_commands = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)

@@ -116,6 +116,10 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("log_level", Choice(("debug", "info", "warning", "error")), "what is logged"),
     _setting("log_file", PathKind(), "the log's file (default: stderr)"),
     _setting("mcp_servers", PathKind(), 'MCP servers to import ({"mcpServers": …} JSON)'),
+    _setting("audit_log", PathKind(), "a JSON line per call goes to this file (R1)"),
+    _setting("audit_arguments", Boolean(), "the audit log holds the arguments, not only a hash"),
+    _setting("audit_max_bytes", Integer(4096, "BYTES"), "the audit log is rotated at this size"),
+    _setting("audit_backups", Integer(0), "rotated audit logs kept (PATH.1 … PATH.N)"),
     _setting(
         "client_buffer_bytes",
         Integer(MIN_CLIENT_BUFFER, "BYTES"),
@@ -200,6 +204,11 @@ class DaemonConfig:
     log_level: str = "info"
     log_file: Path | None = None
     mcp_servers: Path | None = None  # an {"mcpServers": {...}} JSON file: servers to import
+    # The record of every call (SPEC R1; docs/operations.md).
+    audit_log: Path | None = None
+    audit_arguments: bool = False  # the arguments themselves, not only their hash
+    audit_max_bytes: int = 64 * 1024 * 1024
+    audit_backups: int = 5
     # Floods (SPEC L5, L6; docs/operations.md).
     client_buffer_bytes: int = 64 * 1024 * 1024  # unacknowledged bytes out to one client
     client_stall_seconds: float = 120.0  # a held client not reading this long is let go

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from toolpool.daemon import logs
+from toolpool.daemon.audit import AuditLog
 from toolpool.daemon.config import DaemonConfig, tool_registry
 from toolpool.daemon.server import Server, curve_keys, is_loopback
 from toolpool.engine.coordinator import Coordinator
@@ -160,6 +161,13 @@ async def _serve(
         scratch_root=scratch,
         turn_output_chars=config.turn_output_chars,
     )
+    try:
+        audit = _open_audit_log(config)
+    except Exception:
+        await pool.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
     server = Server(
         coordinator,
         pool,
@@ -169,6 +177,7 @@ async def _serve(
         max_sessions_per_client=config.max_sessions_per_client,
         max_sessions=config.max_sessions,
         spill_dir=spill,
+        audit=audit,
     )
     authenticator = None
     try:
@@ -181,6 +190,8 @@ async def _serve(
         if authenticator is not None:
             authenticator.stop()
         await pool.close()
+        if audit is not None:
+            audit.close()
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(spill, ignore_errors=True)
         raise
@@ -229,10 +240,26 @@ async def _serve(
         for name in (ENDPOINT_NAME, PID_NAME, SOCKET_NAME):
             (runtime / name).unlink(missing_ok=True)
         coordinator.close()
+        if audit is not None:
+            audit.close()  # after the last turn: every call's line is written (R2)
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(spill, ignore_errors=True)
     log.info("daemon stopped")
     return 0
+
+
+def _open_audit_log(config: DaemonConfig) -> AuditLog | None:
+    if config.audit_log is None:
+        return None
+    try:
+        return AuditLog(
+            config.audit_log,
+            max_bytes=config.audit_max_bytes,
+            backups=config.audit_backups,
+            arguments=config.audit_arguments,
+        )
+    except OSError as exc:
+        raise DaemonError(f"cannot open the audit log {config.audit_log}: {exc}") from exc
 
 
 def _start_authenticator(

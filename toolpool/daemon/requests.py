@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from toolpool.daemon.audit import Auditor
 from toolpool.daemon.records import (
     SESSION_OPTIONS,
     Address,
@@ -23,8 +24,8 @@ from toolpool.daemon.records import (
 from toolpool.daemon.status import daemon_status, tool_definitions
 from toolpool.engine.approvals import GateMode, make_gate, parse_policy
 from toolpool.engine.coordinator import Coordinator
-from toolpool.engine.gate import GateDecision, GateRequest
-from toolpool.models import Event, ToolCall, ToolEnd, TurnEnd
+from toolpool.engine.gate import Gate, GateDecision, GateRequest
+from toolpool.models import Event, ToolCall, ToolEnd, ToolStart, TurnEnd
 from toolpool.pool import WorkerPool
 from toolpool.protocol import (
     PROTOCOL_VERSION,
@@ -71,6 +72,7 @@ class Requests:
     started_at: float
     max_sessions_per_client: int
     max_sessions: int
+    auditor: Auditor | None  # the audit log's (R1), when there is one
     _closing: set[asyncio.Task[None]]
 
     def send(self, address: Address, message: Message) -> None:
@@ -173,7 +175,10 @@ class Requests:
         entry = SessionEntry(
             session, client.address, None, timeout, options.get("max_tool_concurrency")
         )
-        entry.gate = make_gate(mode, rules, lambda request: self._ask(entry, request))
+        gate = make_gate(mode, rules, lambda request: self._ask(entry, request))
+        if gate is not None and self.auditor is not None:
+            gate = _audited(gate, entry, self.auditor)
+        entry.gate = gate
         self.sessions[session.id] = entry
         client.sessions.add(session.id)
         log.info(
@@ -269,9 +274,17 @@ class Requests:
         # turn_end: the events results() reads, in fewer and smaller frames.
         everything = message.events is not EventSelection.RESULTS
 
+        auditor = self.auditor
+        gated = entry.gate is not None
+
         def emit(event: Event) -> None:
             if address in self.clients and (everything or isinstance(event, (ToolEnd, TurnEnd))):
                 self.send_event(address, turn_id, event_to_wire(event))
+            if auditor is not None:
+                if isinstance(event, ToolStart):
+                    auditor.started(turn_id, event, gate=gated)
+                elif isinstance(event, ToolEnd):
+                    auditor.ended(entry.session.id, turn_id, event)
             if isinstance(event, ToolEnd):
                 if log.isEnabledFor(logging.INFO):  # its fields cost more than the check
                     _log_call_end(entry.session.id, turn_id, event)
@@ -342,7 +355,7 @@ class Requests:
             return await asyncio.wait_for(asyncio.shield(future), entry.approval_timeout)
         except TimeoutError:
             return GateDecision.deny(
-                f"Not approved: no answer within {entry.approval_timeout:g} s."
+                f"Not approved: no answer within {entry.approval_timeout:g} s.", "timeout"
             )
         finally:
             self.approvals.pop(approval_id, None)
@@ -355,7 +368,9 @@ class Requests:
         if not future.done():
             reason = message.reason or "The user did not approve this call."
             future.set_result(
-                GateDecision.allow() if message.allowed else GateDecision.deny(reason)
+                GateDecision.allow("client")
+                if message.allowed
+                else GateDecision.deny(reason, "client")
             )
 
     # -- clients going away -------------------------------------------------------------------
@@ -369,7 +384,7 @@ class Requests:
         client.outbox.close()
         for future, owner in list(self.approvals.values()):
             if owner == address and not future.done():
-                future.set_result(GateDecision.deny("The client disconnected."))
+                future.set_result(GateDecision.deny("The client disconnected.", "disconnect"))
         for session_id in list(client.sessions):
             entry = self.sessions.get(session_id)
             if entry is not None:
@@ -395,6 +410,18 @@ class Requests:
             return tool_definitions(self.coordinator, format)
         except ValueError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
+
+
+def _audited(gate: Gate, entry: SessionEntry, auditor: Auditor) -> Gate:
+    """``gate``, telling the audit log what it decided for each call."""
+
+    async def audited(request: GateRequest) -> GateDecision | None:
+        decision = await gate(request)
+        turn_id = entry.turn_of_call.get(request.call.id, "")
+        auditor.decided(turn_id, request.call.id, decision)
+        return decision
+
+    return audited
 
 
 def _request_id(message: Message) -> str | None:

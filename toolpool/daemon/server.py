@@ -30,6 +30,7 @@ from typing import Any
 
 import zmq
 
+from toolpool.daemon.audit import AuditLog, Auditor
 from toolpool.daemon.outbox import Outbox
 from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEntry
 from toolpool.daemon.requests import Requests, _request_id
@@ -72,8 +73,10 @@ class Server(Requests):
         max_sessions_per_client: int = 64,
         max_sessions: int = 1024,
         spill_dir: Path | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.auditor = None if audit is None else Auditor(audit)
         self.pool = pool
         self.approval_timeout = approval_timeout
         self.ping_interval = ping_interval

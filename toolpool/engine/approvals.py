@@ -98,7 +98,7 @@ def make_gate(mode: GateMode, rules: Iterable[PolicyRule], ask: Ask) -> Gate | N
     if mode is GateMode.ASK:
 
         async def ask_unless_read_only(request: GateRequest) -> GateDecision:
-            return GateDecision.allow() if request.read_only else await ask(request)
+            return GateDecision.allow("read-only") if request.read_only else await ask(request)
 
         return ask_unless_read_only
     policy = list(rules)
@@ -106,10 +106,11 @@ def make_gate(mode: GateMode, rules: Iterable[PolicyRule], ask: Ask) -> Gate | N
     async def by_policy(request: GateRequest) -> GateDecision:
         action, index = decide(policy, request)
         if action is Action.ALLOW:
-            return GateDecision.allow()
+            return GateDecision.allow(f"policy rule {index}")
         if action is Action.DENY:
             return GateDecision.deny(
-                f'Not allowed: policy rule {index} denies "{request.spec.name}" here.'
+                f'Not allowed: policy rule {index} denies "{request.spec.name}" here.',
+                f"policy rule {index}",
             )
         return await ask(request)
 

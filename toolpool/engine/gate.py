@@ -44,14 +44,15 @@ class GateRequest:
 class GateDecision:
     allowed: bool
     reason: str = ""
+    by: str = ""  # who decided, for the record: "client", "policy rule 2", "read-only" …
 
     @classmethod
-    def allow(cls) -> GateDecision:
-        return cls(True)
+    def allow(cls, by: str = "") -> GateDecision:
+        return cls(True, by=by)
 
     @classmethod
-    def deny(cls, reason: str) -> GateDecision:
-        return cls(False, reason)
+    def deny(cls, reason: str, by: str = "") -> GateDecision:
+        return cls(False, reason, by)
 
 
 # A gate may also return None, which allows: no decision is no objection.
