@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
-from toolpool import ToolError
+from toolpool import Client, ToolCall, ToolError
+from toolpool.client import ApprovalRequested
 from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, Freshness, content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
-from toolpool.tools import edit_tool, read_tool, write_tool
+from toolpool.tools import edit_tool, read_copies, read_tool, write_tool
+from toolpool.tools.stale import MAX_DIFF_CHARS, MAX_DIFF_LINES
 
+from .daemon_support import running_daemon
 from .tool_support import read_whole, tool_context
 
 
@@ -287,10 +290,10 @@ def test_F3_external_change_after_read_is_refused_with_code_3(
     path.write_text("mine\n")
     read_whole(ctx, "a.txt")
     path.write_text("theirs, longer\n")
-    # When it is edited, Then it is refused with code 3: read again
+    # When it is edited, Then it is refused with code 3
     verdict = edit_tool.validate({"path": "a.txt", "old_string": "t", "new_string": "T"}, ctx)
     assert (verdict.ok, verdict.code) == (False, CODE_STALE)
-    assert "Read it again" in verdict.message
+    assert verdict.message.startswith("File a.txt has been modified since it was read")
 
 
 @pytest.mark.spec("F3")
@@ -332,6 +335,189 @@ def test_F3_a_file_that_appears_between_validate_and_execute_is_not_overwritten(
         write_tool.execute(args, ctx)
     assert caught.value.details == {"validation_code": CODE_NOT_READ}
     assert (workspace / "new.txt").read_text() == "someone else's\n"
+
+
+# --- F9: a stale refusal shows what changed ---------------------------------------------
+
+
+@pytest.fixture
+def kept(workspace: Path, tmp_path: Path) -> ToolContext:
+    """A context with a scratch directory, where read keeps its copies (F9)."""
+    return tool_context(workspace, scratch_dir=tmp_path / "scratch")
+
+
+def numbered(text: str) -> str:
+    return "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(text.splitlines(), start=1))
+
+
+@pytest.mark.spec("F9", "F3")
+def test_F9_a_small_file_changed_since_read_is_shown_whole_and_the_retry_needs_no_read(
+    workspace: Path, kept: ToolContext
+) -> None:
+    # Given a small file read, then changed by someone else
+    path = workspace / "app.py"
+    path.write_text("def f():\n    return 1\n")
+    read_whole(kept, "app.py")
+    path.write_text("def f():\n    return 2  # theirs\n")
+    # When the model edits it as it read it
+    verdict = edit_tool.validate(
+        {"path": "app.py", "old_string": "return 1", "new_string": "return 10"}, kept
+    )
+    # Then the refusal (code 3) shows the diff from its read and the whole file now
+    assert (verdict.ok, verdict.code) == (False, CODE_STALE)
+    assert verdict.message == (
+        "File app.py has been modified since it was read, either by the user or by a "
+        "linter.\n\n"
+        "What changed since you read it:\n"
+        "--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n def f():\n"
+        "-    return 1\n+    return 2  # theirs\n\n"
+        "It now reads (the whole file, 2 lines):\n"
+        f"{numbered(path.read_text())}\n\n"
+        "This counts as a read of the file as it is now: write against this content, "
+        "with no need to read it again."
+    )
+    # And the corrected retry goes through without another read
+    assert edit(kept, "app.py", "return 2  # theirs", "return 3").startswith("Edited app.py.")
+    assert path.read_text() == "def f():\n    return 3\n"
+
+
+@pytest.mark.spec("F9", "F3")
+def test_F9_a_change_after_the_refusal_is_refused_again(workspace: Path, kept: ToolContext) -> None:
+    path = workspace / "a.txt"
+    path.write_text("one\n")
+    read_whole(kept, "a.txt")
+    path.write_text("two\n")
+    first = edit_tool.validate({"path": "a.txt", "old_string": "one", "new_string": "1"}, kept)
+    assert first.code == CODE_STALE and "It now reads (the whole file, 1 line):" in first.message
+    # When the file changes once more before the retry
+    path.write_text("three, theirs\n")
+    # Then the retry is refused again, with what changed since the refusal showed it
+    with pytest.raises(ToolError) as caught:
+        edit(kept, "a.txt", "two", "2")
+    assert caught.value.details == {"validation_code": CODE_STALE}
+    assert "-two\n+three, theirs\n" in caught.value.message
+    assert path.read_text() == "three, theirs\n"
+
+
+@pytest.mark.spec("F9", "F3")
+def test_F9_a_big_file_gets_a_bounded_diff_and_still_needs_a_read(
+    workspace: Path, kept: ToolContext
+) -> None:
+    # Given a 400-line file read, then 100 lines changed by someone else
+    path = workspace / "big.py"
+    path.write_text("".join(f"line_{n} = {n}\n" for n in range(400)))
+    read_whole(kept, "big.py")
+    path.write_text("".join(f"line_{n} = {n * (2 if n < 100 else 1)}\n" for n in range(400)))
+    # When it is edited
+    args = {"path": "big.py", "old_string": "line_399 = 399", "new_string": "last = 399"}
+    verdict = edit_tool.validate(args, kept)
+    # Then the refusal shows the diff, cut, with a note — not the whole file
+    assert verdict.code == CODE_STALE
+    head, diff = verdict.message.split("\n\nWhat changed since you read it:\n")
+    diff, advice = diff.rsplit("\n\n", 1)
+    assert (
+        head
+        == "File big.py has been modified since it was read, either by the user or by a linter."
+    )
+    assert advice == "Read it again before writing to it."
+    assert diff.startswith("--- a/big.py\n+++ b/big.py\n@@ -1,103 +1,103 @@\n line_0 = 0\n")
+    shown, note = diff.rsplit("\n", 1)
+    assert len(shown.splitlines()) <= MAX_DIFF_LINES
+    assert len(shown) <= MAX_DIFF_CHARS
+    assert note.startswith("[diff cut: ") and note.endswith(" more lines not shown]")
+    assert "It now reads" not in verdict.message
+    # And since the file was not shown whole, the retry still needs a read
+    assert edit_tool.validate(args, kept).code == CODE_STALE
+    read_whole(kept, "big.py")
+    assert edit(kept, "big.py", "line_399 = 399", "last = 399").startswith("Edited big.py.")
+
+
+@pytest.mark.spec("F9", "F3")
+def test_F9_without_a_copy_a_big_file_gets_the_plain_refusal(
+    workspace: Path, ctx: ToolContext
+) -> None:
+    # ctx has no scratch directory: read keeps no copy to diff against
+    path = workspace / "big.txt"
+    path.write_text("x\n" * 300)
+    read_whole(ctx, "big.txt")
+    path.write_text("y\n" * 300)
+    verdict = write_tool.validate({"path": "big.txt", "content": "z\n"}, ctx)
+    assert (verdict.code, verdict.message) == (
+        CODE_STALE,
+        "File big.txt has been modified since it was read, either by the user or by a "
+        "linter. Read it again before writing to it.",
+    )
+
+
+@pytest.mark.spec("F9", "F3")
+@pytest.mark.parametrize("tool", ["edit", "write"])
+def test_F9_a_change_between_validate_and_execute_shows_what_changed_and_counts_as_a_read(
+    workspace: Path, kept: ToolContext, tool: str
+) -> None:
+    # Given a file read whole, and a call that passed validate
+    path = workspace / "a.txt"
+    path.write_text("version 1\n")
+    read_whole(kept, "a.txt")
+    args: dict[str, Any]
+    chosen: Any
+    if tool == "edit":
+        chosen, args = edit_tool, {"path": "a.txt", "old_string": "version", "new_string": "v"}
+    else:
+        chosen, args = write_tool, {"path": "a.txt", "content": "mine\n"}
+    assert chosen.validate(args, kept).ok
+    # When the file changes before execute (same size and mtime: only the hash tells)
+    st = path.stat()
+    path.write_text("version 2\n")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # Then execute refuses, showing the diff and the whole file, and writes nothing
+    with pytest.raises(ToolError) as caught:
+        chosen.execute(args, kept)
+    assert caught.value.details == {"validation_code": CODE_STALE}
+    assert caught.value.message == (
+        "File a.txt changed since it was read (by the user, a linter or another program); "
+        "nothing was written.\n\n"
+        "What changed since you read it:\n"
+        "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-version 1\n+version 2\n\n"
+        "It now reads (the whole file, 1 line):\n     1\tversion 2\n\n"
+        "This counts as a read of the file as it is now: write against this content, "
+        "with no need to read it again."
+    )
+    assert path.read_text() == "version 2\n"
+    # And the retry goes through without a read
+    assert chosen.validate(args, kept).ok
+    chosen.execute(args, kept)
+    assert path.read_text() == ("v 2\n" if tool == "edit" else "mine\n")
+
+
+@pytest.mark.spec("F9")
+def test_F9_copies_are_content_addressed_private_and_bounded(
+    workspace: Path, kept: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three files of 1,000 bytes read whole, one of them twice
+    assert kept.scratch_dir is not None
+    copies = kept.scratch_dir / read_copies.COPIES_DIR
+    for name in ("a", "b", "c"):
+        (workspace / name).write_text(name * 999 + "\n")
+    read_whole(kept, "a")
+    read_whole(kept, "a")
+    read_whole(kept, "b")
+    # Then each content is kept once, under its hash, readable by its owner only
+    hashes = {content_hash((workspace / n).read_bytes()): n for n in "ab"}
+    assert sorted(p.name for p in copies.iterdir()) == sorted(hashes)
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in copies.iterdir())
+    assert copies.stat().st_mode & 0o777 == 0o700
+    assert read_copies.load(kept.scratch_dir, next(iter(hashes))) is not None
+    # And past the bound the least recently kept copy goes first
+    monkeypatch.setattr(read_copies, "MAX_COPIES_BYTES", 2500)
+    os.utime(copies / next(h for h, n in hashes.items() if n == "a"), ns=(1, 1))
+    read_whole(kept, "c")
+    left = {hashes.get(p.name, "c") for p in copies.iterdir()}
+    assert left == {"b", "c"}
+    # A file over the copy limit gets none
+    monkeypatch.setattr(read_copies, "MAX_COPY_BYTES", 10)
+    (workspace / "d").write_text("d" * 20)
+    read_whole(kept, "d")
+    assert read_copies.load(kept.scratch_dir, content_hash(b"d" * 20)) is None
 
 
 # --- F5: the stamp is renewed ---------------------------------------------------------
@@ -444,3 +630,69 @@ def test_edit_and_write_are_neither_read_only_nor_safe(
     assert spec.activity(args) == activity
     assert spec.permissions == ("write",)
     assert spec.file_paths(args, tool_context(workspace)) == [workspace.resolve() / "a.txt"]
+
+
+# --- F9 through a real daemon ----------------------------------------------------------
+
+
+@pytest.mark.spec("F9", "F3", "D1")
+def test_F9_stale_refusals_through_a_daemon_across_two_workers(
+    tmp_path: Path, workspace: Path
+) -> None:
+    big = workspace / "big.py"
+    big.write_text("".join(f"v{n} = {n}\n" for n in range(300)))
+    small = workspace / "small.txt"
+    small.write_text("mine\n")
+
+    def approve(request: ApprovalRequested) -> bool:
+        # The user's editor saves the file while the edit waits for approval: the
+        # change lands between validate (in the daemon) and execute (in a worker)
+        if request.call.id == "e1":
+            big.write_text(big.read_text().replace("v150 = 150", "v150 = 'theirs'"))
+        return True
+
+    with (
+        running_daemon(tmp_path, "--min-workers", "2", "--max-workers", "2") as daemon,
+        Client(runtime_dir=daemon.runtime, timeout=30) as client,
+        client.session(workspace, gate="ask", on_approval=approve) as session,
+    ):
+        session.submit(
+            [ToolCall("w1", "nap", {"seconds": 0.2}), ToolCall("w2", "nap", {"seconds": 0.2})]
+        ).results()
+        # The read runs on the second worker while a nap holds the first one
+        _, read = session.submit(
+            [ToolCall("n", "nap", {"seconds": 0.3}), ToolCall("r", "read", {"path": "big.py"})]
+        ).results()
+        edit_args = {"path": "big.py", "old_string": "v1 = 1\n", "new_string": "one = 1\n"}
+        (refused,) = session.submit([ToolCall("e1", "edit", edit_args)]).results()
+        # The edit ran on the other worker: it found the read's copy, and shows the diff
+        assert read.details["worker"] != refused.details["worker"]
+        assert refused.details["validation_code"] == CODE_STALE
+        assert refused.text.startswith(
+            "File big.py changed since it was read (by the user, a linter or another "
+            "program); nothing was written.\n\nWhat changed since you read it:\n"
+            "--- a/big.py\n+++ b/big.py\n@@ -148,7 +148,7 @@\n"
+        )
+        assert "\n-v150 = 150\n+v150 = 'theirs'\n" in refused.text
+        assert refused.text.endswith("\n\nRead it again before writing to it.")
+        # A small file changed since its read: shown whole by validate in the daemon,
+        # and the retry, on a worker, needs no read
+        session.submit([ToolCall("r2", "read", {"path": "small.txt"})]).results()
+        small.write_text("theirs\n")
+        stale, retry = session.submit(
+            [
+                ToolCall(
+                    "e2", "edit", {"path": "small.txt", "old_string": "mine", "new_string": "x"}
+                ),
+                ToolCall(
+                    "e3",
+                    "edit",
+                    {"path": "small.txt", "old_string": "theirs", "new_string": "ours"},
+                ),
+            ]
+        ).results()
+    assert stale.details["validation_code"] == CODE_STALE
+    assert "-mine\n+theirs\n" in stale.text
+    assert "It now reads (the whole file, 1 line):\n     1\ttheirs\n" in stale.text
+    assert not retry.is_error, retry.text
+    assert small.read_text() == "ours\n"

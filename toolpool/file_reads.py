@@ -25,6 +25,14 @@ CODE_NOT_READ = 2
 CODE_STALE = 3
 
 
+READ_AGAIN = "Read it again before writing to it."
+
+
+def modified_since_read(name: str) -> str:
+    """The first sentence of F3's code-3 refusal in ``validate``."""
+    return f"File {name} has been modified since it was read, either by the user or by a linter."
+
+
 def content_hash(data: bytes) -> str:
     """The register's content token: a BLAKE2b digest (fast, and collisions are moot)."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -160,9 +168,7 @@ class FileReadRegister:
                 )
             case Freshness.CHANGED:
                 return ValidationResult.failed(
-                    f"File {name} has been modified since it was read, either by the user "
-                    "or by a linter. Read it again before writing to it.",
-                    CODE_STALE,
+                    f"{modified_since_read(name)} {READ_AGAIN}", CODE_STALE
                 )
 
     def __iter__(self) -> Iterator[tuple[str, FileReadStamp]]:

@@ -14,6 +14,7 @@ from toolpool.tools.glob import GlobTool
 from toolpool.tools.grep import GrepTool
 from toolpool.tools.ls import LsTool
 from toolpool.tools.multi_edit import MultiEditTool, multi_edit_tool
+from toolpool.tools.notebook_edit import NotebookEditTool, notebook_edit_tool
 from toolpool.tools.read import ReadTool
 from toolpool.tools.write import WriteTool
 
@@ -33,6 +34,7 @@ FILE_TOOLS = [
     multi_edit_tool,
     apply_patch_tool,
     write_tool,
+    notebook_edit_tool,
 ]
 BUILTIN_TOOLS = [*FILE_TOOLS, bash]
 TOOLS = BUILTIN_TOOLS  # what tools_in_module("toolpool.tools") loads
@@ -48,6 +50,7 @@ __all__ = [
     "GrepTool",
     "LsTool",
     "MultiEditTool",
+    "NotebookEditTool",
     "ReadTool",
     "WriteTool",
     "apply_patch_tool",
@@ -57,6 +60,7 @@ __all__ = [
     "grep_tool",
     "ls_tool",
     "multi_edit_tool",
+    "notebook_edit_tool",
     "read_tool",
     "write_tool",
 ]

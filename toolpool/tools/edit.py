@@ -16,7 +16,12 @@ from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.near_miss import not_found_message
 from toolpool.tools.paths import Access, Resolved, display, open_path
 from toolpool.tools.read import read_snapshot
-from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
+from toolpool.tools.stamps import (
+    Snapshot,
+    check_before_write,
+    ensure_unchanged_since_read,
+    record,
+)
 from toolpool.tools.suggest import missing_file_message, similar_names
 from toolpool.tools.text import TextDocument, cut_line, line_of, split_lines
 
@@ -224,7 +229,7 @@ def validate_target(raw: str, ctx: ToolContext, problem: str | None, tool: str) 
             return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
         if not stat.S_ISREG(mode):
             return ValidationResult.failed(f"{display(path, ctx)} is not a regular file.")
-        return ctx.files.check_before_write(path, shown=lambda: display(path, ctx))
+        return check_before_write(ctx, target)  # F3, showing what changed (F9)
 
 
 def planned(raw: str, ctx: ToolContext, plan: Planner[P], tool: str) -> tuple[P, str]:
@@ -242,7 +247,7 @@ def write_planned(raw: str, ctx: ToolContext, plan: Planner[P], tool: str) -> tu
         shown = display(path, ctx)
         current = _current(target, shown, ctx, tool)
         # F3 again, against the bytes about to be replaced: validate ran earlier.
-        ensure_unchanged_since_read(ctx, path, current.data)
+        ensure_unchanged_since_read(ctx, path, current)
         done = plan(current.data, shown)
         try:
             written = write_atomic_at(target.dir_fd, target.name, done.data)

@@ -1,10 +1,10 @@
-"""The ``read`` tool: a file's text with line numbers, an image, or a directory's
-entries (SPEC F1); every file read is stamped in the session's register (F2)."""
+"""The ``read`` tool: a file's text with line numbers, an image, a notebook's cells
+(F7), a PDF's text by page (F8), or a directory's entries (SPEC F1); every file read
+is stamped in the session's register (F2)."""
 
 from __future__ import annotations
 
 import codecs
-import os
 import stat
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,9 +12,13 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
 from toolpool.tool import Arguments, ToolContext, image_block
+from toolpool.tools import notebook
 from toolpool.tools.kinds import ReadingTool
 from toolpool.tools.paths import Access, Resolved, display, open_path, resolve
+from toolpool.tools.pdf import is_pdf, pdf_text
 from toolpool.tools.stamps import Snapshot, record
+from toolpool.tools.stamps import check_regular as check_regular  # re-exported
+from toolpool.tools.stamps import read_snapshot as read_snapshot
 from toolpool.tools.suggest import missing_file_message
 from toolpool.tools.text import cut_line, split_lines
 from toolpool.tools.tree import list_tree
@@ -38,6 +42,10 @@ into edit's old_string.
 file continues.
 - Lines longer than 2000 characters are cut.
 - Images (PNG, JPEG, GIF, WebP) come back as images you can look at.
+- Jupyter notebooks (.ipynb) come back as their cells, each with its id and type, \
+and their outputs (images as images). Change them with notebook_edit.
+- PDFs come back as their text, page by page: the first 20 pages, or the pages \
+you ask for with pages ("3" or "3-5"; at most 20 at once).
 - A directory comes back as a list of its entries (use ls for a tree, glob to find \
 files by name).
 - Binary files cannot be read.
@@ -70,6 +78,10 @@ class ReadTool(ReadingTool):
                 "type": "integer",
                 "minimum": 1,
                 "description": f"Number of lines to read. Default {DEFAULT_LIMIT}.",
+            },
+            "pages": {
+                "type": "string",
+                "description": 'PDF only: the page or pages to read, 1-based ("3", "3-5").',
             },
         },
         "required": ["path"],
@@ -112,26 +124,6 @@ class ReadTool(ReadingTool):
         return _file(path, shown, snapshot, args, ctx)
 
 
-def check_regular(st: os.stat_result, shown: str) -> None:
-    """A ToolError unless ``st`` is a regular file's."""
-    if stat.S_ISLNK(st.st_mode):
-        # Resolution followed every link: one here was swapped in meanwhile.
-        raise ToolError(f"{shown} was replaced by a symlink while it was opened; try again.")
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolError(f"{shown} is not a regular file (a device, pipe or socket).")
-
-
-def read_snapshot(target: Resolved, shown: str) -> Snapshot:
-    """The target's bytes, read through its directory's fd (``O_NOFOLLOW``, and
-    ``O_NONBLOCK`` so that a pipe swapped in cannot block), with the stat taken before
-    reading. Raises OSError as ``open`` does, a ToolError for a non-file."""
-    fd = target.open(os.O_RDONLY | os.O_NONBLOCK)
-    with open(fd, "rb") as f:
-        st = os.fstat(fd)
-        check_regular(st, shown)
-        return Snapshot(f.read(), st.st_mtime_ns, st.st_size)
-
-
 def _directory(target: Resolved, shown: str, ctx: ToolContext) -> str:
     tree = list_tree(target, ctx, max_entries=MAX_DIRECTORY_ENTRIES, max_depth=1)
     if tree.total == 0:
@@ -146,6 +138,13 @@ def _file(
     path: Path, shown: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
 ) -> list[ContentBlock]:
     data = snapshot.data
+    special = _notebook_or_pdf(path, shown, snapshot, args, ctx)
+    if special is not None:
+        return special
+    if "pages" in args:
+        raise ToolError(
+            f"pages applies to PDF files only; {shown} is not one. Use offset and limit."
+        )
     try:
         image = image_block(data)
     except ValueError:
@@ -184,3 +183,32 @@ def _file(
         note += f" The file continues: offset={end + 1} reads on."
     note += f" edit and write need one read of the whole file (offset 1, limit ≥ {len(lines)}).]"
     return [TextBlock(f"{numbered}\n\n{note}")]
+
+
+def _notebook_or_pdf(
+    path: Path, shown: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
+) -> list[ContentBlock] | None:
+    """A notebook's cells (F7) or a PDF's pages (F8); None for any other file (a
+    ``.ipynb`` that is no notebook is read as text)."""
+    data = snapshot.data
+    lines = [key for key in ("offset", "limit") if key in args]
+    ignored = f"[{' and '.join(lines)} do not apply to this file: see pages.]" if lines else ""
+    if is_pdf(data):
+        done = pdf_text(data, shown, args.get("pages"))
+        record(ctx, path, snapshot, partial=done.partial)
+        return [TextBlock(f"{done.text}\n{ignored}" if ignored else done.text)]
+    if path.suffix != ".ipynb":
+        return None
+    try:
+        nb = notebook.parse(data)
+    except ValueError:
+        return None
+    if "pages" in args:
+        raise ToolError(f"pages applies to PDF files only; {shown} is a notebook.")
+    # Sources are always shown whole (outputs may be cut): a whole read (F2).
+    record(ctx, path, snapshot, partial=False)
+    blocks = notebook.notebook_content(nb, shown)
+    if lines:
+        note = f"[{' and '.join(lines)} do not apply to notebooks: every cell is shown.]"
+        blocks.append(TextBlock(note))
+    return blocks

@@ -1,22 +1,34 @@
-"""The file tools' side of the file-read register (SPEC F2, F3, F5).
+"""The file tools' side of the file-read register (SPEC F2, F3, F5, F9).
 
-``read`` records a stamp of what it read; ``edit`` and ``write`` check again at
-execute time, against the bytes they are about to replace, that those are the bytes
-the model read (the pipeline's ``validate`` ran earlier, and the file may have moved
-since); after writing they record a stamp of what they wrote.
+``read`` records a stamp of what it read; ``edit`` and ``write`` check it in
+``validate`` and again at execute time, against the bytes they are about to replace,
+that those are the bytes the model read (the pipeline's ``validate`` ran earlier, and
+the file may have moved since); after writing they record a stamp of what they wrote.
+Every whole stamp recorded keeps a copy of its bytes (``read_copies``), so that a
+refusal of a file changed since shows what changed (``stale``, F9).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolpool.errors import ToolError
-from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, FileReadStamp, content_hash
-from toolpool.tool import ToolContext
-from toolpool.tools.paths import display
+from toolpool.file_reads import (
+    CODE_NOT_READ,
+    CODE_STALE,
+    READ_AGAIN,
+    FileReadStamp,
+    content_hash,
+    modified_since_read,
+)
+from toolpool.tool import ToolContext, ValidationResult
+from toolpool.tools import read_copies
+from toolpool.tools.paths import Resolved, display
+from toolpool.tools.stale import WhatChanged, what_changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,20 +58,69 @@ class Snapshot:
         )
 
 
+def check_regular(st: os.stat_result, shown: str) -> None:
+    """A ToolError unless ``st`` is a regular file's."""
+    if stat.S_ISLNK(st.st_mode):
+        # Resolution followed every link: one here was swapped in meanwhile.
+        raise ToolError(f"{shown} was replaced by a symlink while it was opened; try again.")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"{shown} is not a regular file (a device, pipe or socket).")
+
+
+def read_snapshot(target: Resolved, shown: str) -> Snapshot:
+    """The target's bytes, read through its directory's fd (``O_NOFOLLOW``, and
+    ``O_NONBLOCK`` so that a pipe swapped in cannot block), with the stat taken before
+    reading. Raises OSError as ``open`` does, a ToolError for a non-file."""
+    fd = target.open(os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        check_regular(st, shown)
+        return Snapshot(f.read(), st.st_mtime_ns, st.st_size)
+
+
 def record(ctx: ToolContext, path: Path, snapshot: Snapshot, *, partial: bool) -> None:
-    """F2/F5: remember in the session's register what the model now knows of ``path``."""
+    """F2/F5: remember in the session's register what the model now knows of ``path``
+    (and, for a whole read, keep a copy of it to diff against: F9)."""
+    if not partial:
+        read_copies.keep(ctx.scratch_dir, snapshot.data)
     ctx.files.record(path, snapshot.stamp(partial=partial))
 
 
-def ensure_unchanged_since_read(ctx: ToolContext, path: Path, current: bytes | None) -> None:
+def check_before_write(ctx: ToolContext, target: Resolved) -> ValidationResult:
+    """F3 in ``validate``, for the file ``target`` holds; a refusal of a file changed
+    since its read (code 3) shows what changed (F9), and when it shows the whole
+    file, the register gets the stamp of exactly the bytes shown."""
+    path = target.path
+    verdict = ctx.files.check_before_write(path, shown=lambda: display(path, ctx))
+    stamp = ctx.files.get(path)
+    if verdict.code != CODE_STALE or stamp is None:
+        return verdict
+    shown = display(path, ctx)
+    try:
+        current = read_snapshot(target, shown)
+    except (OSError, ToolError):  # gone or swapped meanwhile: the plain refusal
+        return verdict
+    changed = what_changed(ctx.scratch_dir, path, stamp.content_hash, current.data, shown)
+    if changed.whole:
+        record(ctx, path, current, partial=False)
+    return ValidationResult.failed(_refusal(modified_since_read(shown), changed), CODE_STALE)
+
+
+def ensure_unchanged_since_read(
+    ctx: ToolContext, path: Path, current: Snapshot | bytes | None
+) -> None:
     """F3 once more, at execute time, against ``current`` (the bytes about to be
-    replaced; None when the file does not exist, which needs no read).
+    replaced, with their stat when a Snapshot; None when the file does not exist,
+    which needs no read).
 
     Raises a ToolError whose details carry the F3 code: 2 when the file was never
-    read or only partly, 3 when its content is not what was read.
+    read or only partly, 3 when its content is not what was read. A code 3 shows what
+    changed (F9); given a Snapshot whose whole content it shows, it records that as a
+    whole read, so that the retry needs no read.
     """
     if current is None:
         return
+    data = current.data if isinstance(current, Snapshot) else current
     shown = display(path, ctx)
     stamp = ctx.files.get(path)
     if stamp is None or stamp.partial:
@@ -68,9 +129,29 @@ def ensure_unchanged_since_read(ctx: ToolContext, path: Path, current: bytes | N
             f"File {shown} {how}. Read the whole file first before writing to it.",
             details={"validation_code": CODE_NOT_READ},
         )
-    if content_hash(current) != stamp.content_hash:
-        raise ToolError(
-            f"File {shown} changed since it was read (by the user, a linter or another "
-            "program); nothing was written. Read it again before writing to it.",
-            details={"validation_code": CODE_STALE},
+    if content_hash(data) != stamp.content_hash:
+        changed = what_changed(
+            ctx.scratch_dir,
+            path,
+            stamp.content_hash,
+            data,
+            shown,
+            may_show_whole=isinstance(current, Snapshot),
         )
+        if changed.whole and isinstance(current, Snapshot):
+            record(ctx, path, current, partial=False)
+        first = (
+            f"File {shown} changed since it was read (by the user, a linter or another "
+            "program); nothing was written."
+        )
+        raise ToolError(_refusal(first, changed), details={"validation_code": CODE_STALE})
+
+
+def _refusal(first: str, changed: WhatChanged) -> str:
+    """A stale refusal: its ``first`` sentence, what changed, and unless the whole
+    file was shown, the advice to read it again."""
+    if changed.whole:
+        return first + changed.text
+    # A diff or the content stand apart; a short note stays in the sentence's line.
+    gap = "\n\n" if "\n" in changed.text else " "
+    return f"{first}{changed.text}{gap}{READ_AGAIN}"

@@ -13,7 +13,12 @@ from toolpool.tools.diff import unified_diff
 from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.paths import Access, Resolved, display, open_path
 from toolpool.tools.read import read_snapshot
-from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
+from toolpool.tools.stamps import (
+    Snapshot,
+    check_before_write,
+    ensure_unchanged_since_read,
+    record,
+)
 from toolpool.tools.text import split_lines
 
 DESCRIPTION = """\
@@ -71,8 +76,7 @@ class WriteTool(FileWritingTool):
                 return ValidationResult.failed(
                     f"{display(target.path, ctx)} exists and is not a file."
                 )
-            path = target.path
-            return ctx.files.check_before_write(path, shown=lambda: display(path, ctx))
+            return check_before_write(ctx, target)  # F3, showing what changed (F9)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff from the current content (or from nothing) to the new."""
@@ -88,7 +92,7 @@ class WriteTool(FileWritingTool):
             shown = display(path, ctx)
             current = _current(target, shown)
             # F3 again, against the bytes about to be replaced: validate ran earlier.
-            ensure_unchanged_since_read(ctx, path, None if current is None else current.data)
+            ensure_unchanged_since_read(ctx, path, current)
             try:
                 data = args["content"].encode("utf-8")
             except UnicodeEncodeError:
