@@ -23,6 +23,7 @@ from toolpool.cancel import CancelToken
 from toolpool.models import ContentBlock, ImageBlock, TextBlock
 
 if TYPE_CHECKING:
+    from toolpool.background import BackgroundShells
     from toolpool.file_reads import FileReadRegister
     from toolpool.sandbox.limits import Limits
 
@@ -69,6 +70,10 @@ class ToolContext:
     report becomes a ``tool_update`` event of this call (P9). ``cancelled`` turns true
     when the call is cancelled; long-running tools should look at it (the worker pool
     also delivers a signal, see SPEC D4).
+
+    ``shells`` starts, reads and ends the session's background commands (bash's
+    ``run_in_background``, ``bash_output``, ``kill_shell``) where the executor
+    offers them — in workers, through the pool; None elsewhere (in-process).
     """
 
     call_id: str
@@ -82,6 +87,7 @@ class ToolContext:
     cancel_token: CancelToken = field(default_factory=CancelToken)
     progress: Callable[[Any], None] = _no_progress
     limits: Limits | None = None  # the call's limits, where the executor knows them
+    shells: BackgroundShells | None = None  # the session's background shells, if offered
 
     def report_progress(self, data: Any) -> None:
         """Report progress: text (e.g. a chunk of output) or a JSON-able value."""

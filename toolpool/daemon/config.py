@@ -137,6 +137,11 @@ SETTINGS: tuple[Setting, ...] = (
         Integer(0, "CHARS"),
         "model-facing text of one turn's results; 0: no budget",
     ),
+    _setting(
+        "background_wall_seconds",
+        Number(0, above=True),
+        "seconds a background shell (bash run_in_background) may run",
+    ),
 )
 
 _LIMIT_DOCS = {
@@ -215,6 +220,7 @@ class DaemonConfig:
     max_sessions_per_client: int = 64
     max_sessions: int = 1024
     turn_output_chars: int = 400_000  # a turn's model-facing text (L4); 0: no budget
+    background_wall_seconds: float = 3600.0  # a background shell's life (docs/workers.md)
 
     def __post_init__(self) -> None:
         # A config made in code meets the same table as one loaded (no sources to name).

@@ -29,6 +29,7 @@ from toolpool.mcp.bridges import import_mcp_servers
 from toolpool.mcp.config import McpConfigError
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
+from toolpool.pool.shells import remove_stale_shells
 from toolpool.registry import ToolRegistry
 from toolpool.runtime import (
     ENDPOINT_NAME,
@@ -96,8 +97,8 @@ def _remove_stale_run_directories(runtime: Path) -> None:
     bridges' (each run leaves its own, with the worker logs, for a look after it
     stopped or crashed), the sessions' scratch and the clients' spill (removed at a
     clean stop, left by a crash: SPEC X8, L7). The next start removes those whose pid
-    is not alive (or is ours: a dead daemon's pid reused), and the cgroups such a
-    daemon left, and logs what it removed."""
+    is not alive (or is ours: a dead daemon's pid reused), the cgroups such a daemon
+    left and the processes of its background shells, and logs what it removed."""
     removed = []
     for prefix in STALE_RUN_PREFIXES:
         for stale in runtime.glob(f"{prefix}*"):
@@ -112,6 +113,9 @@ def _remove_stale_run_directories(runtime: Path) -> None:
     cgroups = remove_stale_cgroups(lambda pid: pid != os.getpid() and process_alive(pid))
     if cgroups:
         log.info("removed the cgroups an earlier daemon left: %s", ", ".join(cgroups))
+    shells = remove_stale_shells(lambda pid: pid != os.getpid() and process_alive(pid))
+    if shells:
+        log.info("killed what an earlier daemon's background shells left: pids %s", shells)
 
 
 async def _serve(
@@ -134,6 +138,7 @@ async def _serve(
             sandbox_disabled=config.sandbox_disabled,
             runtime_dir=runtime / f"workers-{os.getpid()}",
             policy=confinement_policy(config, runtime),
+            background_wall_seconds=config.background_wall_seconds,
         )
     )
     try:
@@ -160,7 +165,6 @@ async def _serve(
         max_tool_errors=config.max_tool_errors,
         scratch_root=scratch,
         turn_output_chars=config.turn_output_chars,
-        trace=False,  # the spans are the clients' to make, under their agents' traces (R3)
     )
     try:
         audit = _open_audit_log(config)

@@ -195,7 +195,8 @@ class Requests:
         self.send(client.address, Reply(message.request_id))
 
     def _end_session(self, entry: SessionEntry) -> None:
-        """Abort the session's turns and close it once they have ended."""
+        """Abort the session's turns; once they have ended, end its background shells
+        and close it (its scratch directory, their output with it, goes then)."""
         session_id = entry.session.id
         self.sessions.pop(session_id, None)
         owner = self.clients.get(entry.owner)
@@ -209,6 +210,8 @@ class Requests:
             for turn in turns:
                 with contextlib.suppress(Exception):
                     await turn.results()
+            if self.pool is not None:
+                await self.pool.shells.end_session(session_id)
             self.coordinator.close_session(entry.session)
             log.info("session closed", extra={"session": session_id})
 

@@ -24,7 +24,9 @@ def daemon_status(
     closing: int,
     approvals: int,
 ) -> dict[str, Any]:
-    """Sessions, clients and what waits for them, the pool's workers, the sandbox."""
+    """Sessions (their background shells too), clients and what waits for them, the
+    pool's workers, the sandbox."""
+    shells = {} if pool is None else pool.shells.listing()
     by_session = {}
     for session_id, entry in sessions.items():
         stats = entry.session.statistics()
@@ -35,6 +37,7 @@ def daemon_status(
             "breaker_failures": stats.breaker_failures,
             "open_breakers": entry.session.breaker.statistics().open,
             "turn_running": stats.turn_running,
+            "shells": shells.get(session_id, []),
         }
     status: dict[str, Any] = {
         "pid": os.getpid(),
@@ -66,6 +69,7 @@ def daemon_status(
         status["zygotes_replaced"] = workers.zygotes_replaced
         status["zygote_recovery_ms"] = workers.zygote_recovery_ms
         status["sandbox"] = workers.profile
+        status["background_shells"] = len(pool.shells.running())
     return status
 
 

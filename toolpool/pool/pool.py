@@ -93,11 +93,13 @@ class WorkerPool(Supervisor):
             raise
 
     async def close(self, *, polite: bool = True) -> None:
-        """Stop every worker (politely: a Shutdown, and ``shutdown_grace`` seconds to
-        exit before the kill; else the kill at once), the zygote and the socket;
-        remove the cgroups and the runtime directory. Nothing is left running."""
+        """End the background shells; stop every worker (politely: a Shutdown, and
+        ``shutdown_grace`` seconds to exit before the kill; else the kill at once),
+        the zygote and the socket; remove the cgroups and the runtime directory.
+        Nothing is left running."""
         self._open = False
         self._fail_waiters("the pool is closed")
+        await self.shells.close()
         live = [w for w in self._workers.values() if w.state is not WorkerState.DEAD]
         for worker in live if polite else ():
             if worker.state is WorkerState.STARTING:
@@ -145,7 +147,8 @@ class WorkerPool(Supervisor):
         worker = await self._acquire(offline, token)
         if worker is None:
             return PoolOutcome(OutcomeStatus.UNSTARTED)
-        flight = Flight(execute.call_id, on_progress, asyncio.get_running_loop().create_future())
+        wake = asyncio.get_running_loop().create_future()
+        flight = Flight(execute.call_id, on_progress, wake, execute.context, limits)
         worker.flight = flight
         self._counts["calls"] += 1
         end = CallEnd()
@@ -290,8 +293,9 @@ class WorkerPool(Supervisor):
 
     def confines(self, pid: int) -> bool:
         """Whether ``pid`` is one of the pool's confined processes: the zygote, a
-        worker, or anything they started (X2). Safe to call from any thread."""
-        return self.processes.confines(pid)
+        worker, anything they started, a background shell (X2). Safe to call from any
+        thread."""
+        return self.processes.confines(pid) or self.shells.confines(pid)
 
     def __repr__(self) -> str:
         s = self.statistics()

@@ -28,7 +28,15 @@ from typing import Any
 
 from toolpool.pool.planner import Action, PoolPlanner, PoolState
 from toolpool.pool.processes import WorkerProcesses
-from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerExit, WorkerState
+from toolpool.pool.shells import ShellSupervisor
+from toolpool.pool.workers import (
+    Flight,
+    PoolConfig,
+    PoolError,
+    Worker,
+    WorkerExit,
+    WorkerState,
+)
 from toolpool.pool.zygote import ZygoteError
 from toolpool.protocol import (
     PROTOCOL_VERSION,
@@ -39,6 +47,7 @@ from toolpool.protocol import (
     ProtocolError,
     Ready,
     Result,
+    ShellRequest,
     Shutdown,
     decode,
 )
@@ -55,6 +64,10 @@ class Supervisor:
         self.planner = PoolPlanner.from_config(config)
         self.processes = WorkerProcesses(
             config, self._on_frames, self._on_exit, self._on_zygote_death
+        )
+        # Background shells belong to sessions, not workers: the pool keeps them.
+        self.shells = ShellSupervisor(
+            self.processes, wall_seconds=config.background_wall_seconds, cpus=config.worker_cpus
         )
         self._workers: dict[str, Worker] = {}
         self._by_pid: dict[int, Worker] = {}
@@ -266,8 +279,15 @@ class Supervisor:
                 flight.on_progress(message.data)
             case Result() if flight is not None and flight.call_id == message.call_id:
                 flight.answer(message)
+            case ShellRequest() if flight is not None and flight.call_id == message.call_id:
+                self._in_background(self._answer_shell(worker, flight, message))
             case _:
                 log.debug("ignored %s from %s", message.type.value, worker.id)
+
+    async def _answer_shell(self, worker: Worker, flight: Flight, request: ShellRequest) -> None:
+        """A call's background shell request, for the session of that call."""
+        reply = await self.shells.answer(request, flight.context, flight.limits)
+        self.processes.send(worker, reply)
 
     async def _watch_heartbeats(self) -> None:
         """Kill workers that stopped heartbeating (hung: a tool holding the GIL in C,

@@ -3,7 +3,8 @@
 One frozen dataclass per message type, whose docstring says who sends it and what
 answers it (``docs/protocol.md`` puts them together, with a turn's sequence):
 
-- ``wire``: pool ⇄ worker (``Execute`` → ``Progress``… → ``Result``) and pool ⇄ zygote;
+- ``wire``: pool ⇄ worker (``Execute`` → ``Progress``… → ``Result``; a call's
+  ``ShellRequest`` → ``ShellReply``) and pool ⇄ zygote;
 - ``client``: client ⇄ daemon (sessions, turns, approvals, status);
 - ``bridge``: MCP bridges ⇄ daemon and workers;
 - ``messages``: the ``Message`` union, the one list the type table is derived from;
@@ -75,6 +76,9 @@ from toolpool.protocol.wire import (
     Progress,
     Ready,
     Result,
+    ShellAction,
+    ShellReply,
+    ShellRequest,
     Shutdown,
     Spawn,
     Spawned,
@@ -123,6 +127,9 @@ __all__ = [
     "Reply",
     "Result",
     "SessionOpened",
+    "ShellAction",
+    "ShellReply",
+    "ShellRequest",
     "Shutdown",
     "Spawn",
     "Spawned",

@@ -38,6 +38,8 @@ class MessageType(StrEnum):
     RESULT = "result"
     HEARTBEAT = "heartbeat"
     SHUTDOWN = "shutdown"
+    SHELL_REQUEST = "shell_request"
+    SHELL_REPLY = "shell_reply"
     # pool ⇄ zygote
     SPAWN = "spawn"
     SPAWNED = "spawned"

@@ -44,6 +44,8 @@ from toolpool.protocol.wire import (
     Progress,
     Ready,
     Result,
+    ShellReply,
+    ShellRequest,
     Shutdown,
     Spawn,
     Spawned,
@@ -57,6 +59,8 @@ Message: TypeAlias = (
     | Result
     | Heartbeat
     | Shutdown
+    | ShellRequest
+    | ShellReply
     | Spawn
     | Spawned
     | Exited

@@ -120,6 +120,52 @@ class Shutdown:
     reason: str = ""
 
 
+class ShellAction(StrEnum):
+    """What a ``ShellRequest`` asks of the pool's background shells."""
+
+    START = "start"  # start ``command`` for the call's session
+    OUTPUT = "output"  # the shell's state and the output not read before
+    KILL = "kill"  # end the shell
+
+
+@dataclass(frozen=True, slots=True)
+class ShellRequest:
+    """Worker → pool while a call runs: a background shell of the call's session is to
+    be started, read or ended (bash's ``run_in_background``, ``bash_output``,
+    ``kill_shell``). The pool owns the shells, so they outlive the worker; the session
+    is the one of the call running on that worker (the pool knows it), never one the
+    worker names.
+
+    Answer: exactly one ``ShellReply`` with the same ``call_id`` and ``request_id``.
+    """
+
+    type: ClassVar[MessageType] = MessageType.SHELL_REQUEST
+    call_id: str
+    request_id: str
+    action: ShellAction
+    shell_id: str = ""
+    command: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ShellReply:
+    """Pool → worker: the answer to a ``ShellRequest``. No answer.
+
+    ``shell`` is the shell's record (``toolpool.background.ShellInfo`` as a dict), or
+    ``error`` says, for the model, why the request was refused (no such shell in the
+    session, too many running, the sandbox failed). For ``output``, ``start`` and
+    ``end`` are the bytes of its output file not read before.
+    """
+
+    type: ClassVar[MessageType] = MessageType.SHELL_REPLY
+    call_id: str
+    request_id: str
+    shell: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    start: int = 0
+    end: int = 0
+
+
 # --- pool ⇄ zygote --------------------------------------------------------------------
 
 

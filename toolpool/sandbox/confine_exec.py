@@ -1,8 +1,19 @@
 """Confine this process, then exec a command: ``python -I -S confine_exec.py
-[--drop-caps] [--rw DIR]... [--ro PATH]... [--seccomp FILE] [--no-network] -- ARGV...``.
+[--cgroup PROCS]... [--rlimit NAME=N]... [--unshare-net] [--drop-caps] [--rw DIR]...
+[--ro PATH]... [--seccomp FILE] [--no-network] -- ARGV...``.
 
 Standard library only, so it starts in milliseconds with ``-I -S`` and runs inside
-bubblewrap's read-only root. Two layers, each applied when asked:
+bubblewrap's read-only root. First, what a worker would have given the command had
+it started it (the pool's background shells start theirs from the daemon, which
+has none of it):
+
+- ``--cgroup``: join the cgroup of that ``cgroup.procs`` file (one per hierarchy);
+- ``--rlimit``: set an rlimit, soft and hard (``CPU``, ``FSIZE``, ``NOFILE``,
+  ``CORE``, ``AS``); with ``FSIZE`` SIGXFSZ is ignored, so that an oversized write
+  fails with EFBIG as in a worker;
+- ``--unshare-net``: a new, empty network namespace.
+
+Then the layers, each applied when asked:
 
 - Landlock: writes are allowed only under the ``--rw`` directories (and to the
   ``--rw`` files, such as /dev/null); when any ``--ro`` is given, reads and execution
@@ -21,6 +32,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import resource
+import signal
 import struct
 import sys
 
@@ -35,6 +48,14 @@ _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAPABILITY_VERSION_3 = 0x20080522
+_CLONE_NEWNET = 0x40000000
+_RLIMITS = {
+    "CPU": resource.RLIMIT_CPU,
+    "FSIZE": resource.RLIMIT_FSIZE,
+    "NOFILE": resource.RLIMIT_NOFILE,
+    "CORE": resource.RLIMIT_CORE,
+    "AS": resource.RLIMIT_AS,
+}
 
 # LANDLOCK_ACCESS_FS_* bits. EXECUTE, READ_FILE and READ_DIR (bits 0, 2, 3) are
 # handled only when --ro is given (_FS_READ); the rest are writes.
@@ -169,6 +190,32 @@ def _load_seccomp(path: str) -> None:
         _fail("seccomp")
 
 
+def _join_cgroup(procs: str) -> None:
+    try:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as exc:
+        sys.stderr.write(f"toolpool sandbox: joining the cgroup {procs}: {exc.strerror}\n")
+        sys.exit(126)
+
+
+def _set_rlimit(item: str) -> None:
+    name, _, value = item.partition("=")
+    if name not in _RLIMITS or not value.isdigit():
+        sys.stderr.write(f"toolpool sandbox: bad --rlimit {item}\n")
+        sys.exit(126)
+    which = _RLIMITS[name]
+    hard = resource.getrlimit(which)[1]
+    limit = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+    try:
+        resource.setrlimit(which, (limit, limit))
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"toolpool sandbox: setting RLIMIT_{name}: {exc}\n")
+        sys.exit(126)
+    if name == "FSIZE":
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # exec keeps it ignored
+
+
 def main(argv: list[str]) -> None:
     writable: list[str] = []
     readable: list[str] = []
@@ -199,6 +246,16 @@ def main(argv: list[str]) -> None:
         elif argv[i] == "--ready-fd":
             ready_fd = int(argv[i + 1])
             i += 2
+        elif argv[i] == "--cgroup":
+            _join_cgroup(argv[i + 1])
+            i += 2
+        elif argv[i] == "--rlimit":
+            _set_rlimit(argv[i + 1])
+            i += 2
+        elif argv[i] == "--unshare-net":
+            if _libc.unshare(_CLONE_NEWNET) != 0:
+                _fail("unshare(CLONE_NEWNET)")
+            i += 1
         else:
             sys.stderr.write(f"toolpool sandbox: unknown option {argv[i]}\n")
             sys.exit(126)

@@ -111,6 +111,47 @@ class CgroupMembers:
             _kill(pid, sig)
 
 
+def environment_marks(name: str) -> dict[int, str]:
+    """Every process (of ours to look at) whose environment holds ``name``: pid →
+    its value. Reads each process's ``environ``: for termination only."""
+    needle = b"\0" + name.encode() + b"="
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = b"\0" + f.read()
+        except OSError:
+            continue
+        at = environ.find(needle)
+        if at >= 0:
+            start = at + len(needle)
+            end = environ.find(b"\0", start)
+            found[int(entry.name)] = environ[start : end if end >= 0 else None].decode(
+                errors="replace"
+            )
+    return found
+
+
+class MarkedProcesses:
+    """The processes whose environment has ``name=value``: what a command started,
+    wherever it went (setsid, double forks re-parented to init), for machines without
+    cgroups. A process that clears its environment leaves the set."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name = name
+        self.value = value
+
+    def pids(self) -> set[int]:
+        marks = environment_marks(self.name)
+        return {p for p, v in marks.items() if v == self.value and linux.is_running(p)}
+
+    def signal(self, sig: int) -> None:
+        for pid in self.pids():
+            _kill(pid, sig)
+
+
 class Together:
     """Several sets ended as one (a process group and the tree under a worker…)."""
 

@@ -16,6 +16,7 @@ from toolpool.tools.ls import LsTool
 from toolpool.tools.multi_edit import MultiEditTool, multi_edit_tool
 from toolpool.tools.notebook_edit import NotebookEditTool, notebook_edit_tool
 from toolpool.tools.read import ReadTool
+from toolpool.tools.shells import BashOutput, KillShell, bash_output, kill_shell
 from toolpool.tools.write import WriteTool
 
 read_tool = ReadTool()
@@ -36,7 +37,7 @@ FILE_TOOLS = [
     write_tool,
     notebook_edit_tool,
 ]
-BUILTIN_TOOLS = [*FILE_TOOLS, bash]
+BUILTIN_TOOLS = [*FILE_TOOLS, bash, bash_output, kill_shell]
 TOOLS = BUILTIN_TOOLS  # what tools_in_module("toolpool.tools") loads
 
 __all__ = [
@@ -45,9 +46,11 @@ __all__ = [
     "TOOLS",
     "ApplyPatchTool",
     "Bash",
+    "BashOutput",
     "EditTool",
     "GlobTool",
     "GrepTool",
+    "KillShell",
     "LsTool",
     "MultiEditTool",
     "NotebookEditTool",
@@ -55,9 +58,11 @@ __all__ = [
     "WriteTool",
     "apply_patch_tool",
     "bash",
+    "bash_output",
     "edit_tool",
     "glob_tool",
     "grep_tool",
+    "kill_shell",
     "ls_tool",
     "multi_edit_tool",
     "notebook_edit_tool",

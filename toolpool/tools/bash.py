@@ -9,6 +9,11 @@ limit (then a truncation note; SPEC X8). On timeout or cancel the whole
 process tree is ended — SIGTERM, a grace period, SIGKILL — children that called
 setsid or nohup included. A background process that keeps the output pipe open
 does not hold the call: once the shell exits, the pipe is drained for a bounded time.
+
+With ``run_in_background`` the command is started through ``ToolContext.shells``
+instead (in a worker: by the pool, confined the same way) and the call returns at
+once with the shell's id; ``bash_output`` and ``kill_shell`` (tools/shells.py) read
+and end it. Where no executor offers background shells (in-process) it is refused.
 """
 
 from __future__ import annotations
@@ -65,6 +70,11 @@ record that edit and write need.
   is saved to a file whose path the result gives (read it with read if you need it).
 - Everything the command starts, background processes included, is ended when the
   command finishes or is stopped: do not rely on servers outliving the call.
+- run_in_background: true starts the command and returns at once with a shell id,
+  for long-running commands (a dev server, a watcher, a long build). Read its new
+  output with bash_output and stop it with kill_shell; it ends by itself when the
+  session ends or after the daemon's background time limit (timeout does not
+  apply). Do not add "&".
 - Depending on the session, the network may be unavailable and only the workspace
   writable.
 - Give a short description (5-10 words) of what the command does, e.g. "Run the unit
@@ -216,6 +226,11 @@ class Bash:
                 "type": "string",
                 "description": "What the command does, in 5-10 words.",
             },
+            "run_in_background": {
+                "type": "boolean",
+                "description": "Start it in the background and return at once with a "
+                "shell id; read its output with bash_output, stop it with kill_shell.",
+            },
         },
         "required": ["command"],
         "additionalProperties": False,
@@ -234,8 +249,10 @@ class Bash:
         return InterruptBehavior.CANCEL
 
     def activity(self, args: Arguments) -> str:
-        command = " ".join(str(args.get("command", "")).split())
-        return f"Running: {command if len(command) <= 80 else command[:79] + '…'}"
+        command = _shown(str(args.get("command", "")))
+        if args.get("run_in_background"):
+            return f"Starting in the background: {command}"
+        return f"Running: {command}"
 
     def permissions(self) -> list[str]:
         return ["exec", "read", "write", "network"]
@@ -249,6 +266,8 @@ class Bash:
         command = str(args["command"])
         if not command.strip():
             raise ToolError("The command is empty.")
+        if args.get("run_in_background"):
+            return self._start_in_background(command, ctx)
         timeout = min(float(args.get("timeout") or DEFAULT_TIMEOUT), MAX_TIMEOUT)
         if ctx.scratch_dir is None:
             raise ToolError("This session has no scratch directory for the command's output.")
@@ -335,6 +354,19 @@ class Bash:
         return "\n".join(lines)
 
     @staticmethod
+    def _start_in_background(command: str, ctx: ToolContext) -> str:
+        if ctx.shells is None:
+            raise ToolError(
+                "Background commands are not available here (this executor offers no "
+                "background shells): run the command without run_in_background."
+            )
+        shell = ctx.shells.start(command)
+        return (
+            f"Started background shell {shell.shell_id}: {_shown(command)}. "
+            "Read its output with bash_output, stop it with kill_shell."
+        )
+
+    @staticmethod
     def _wait(process: subprocess.Popen[bytes], ctx: ToolContext, deadline: float) -> int | None:
         """The exit code, or None at the deadline. Raises Cancelled when the call is
         cancelled (the worker raises it by signal; in-process we look at the token)."""
@@ -354,6 +386,12 @@ class Bash:
                     raise Cancelled(source) from None
         finally:
             os.close(pidfd)
+
+
+def _shown(command: str) -> str:
+    """A command on one line, at most 80 characters."""
+    command = " ".join(command.split())
+    return command if len(command) <= 80 else command[:79] + "…"
 
 
 bash = Bash()

@@ -7,22 +7,36 @@ threads behind a full memory barrier; the lock is that barrier):
   meanwhile, and sends the call's result itself — no thread hop on the call's path;
 - while a tool runs, the I/O thread takes it up: it sends the progress any thread
   queued, and a heartbeat every interval. A worker whose heartbeats stop is hung (a
-  tool holding the GIL in C code, a stopped process) and gets replaced.
+  tool holding the GIL in C code, a stopped process) and gets replaced;
+- a tool that asks the coordinator something (``ask``: a background shell to start,
+  read or end) holds the socket until the answer comes, heartbeating and sending
+  progress meanwhile itself. Whatever else arrives then waits for ``receive``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import queue
 import select
 import threading
 import time
+from collections import deque
 
 import zmq
 
-from toolpool.protocol import Heartbeat, Message, ProtocolError, Ready, decode, encode
+from toolpool.protocol import (
+    Heartbeat,
+    Message,
+    ProtocolError,
+    Ready,
+    ShellReply,
+    ShellRequest,
+    decode,
+    encode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +65,8 @@ class Channel:
         self._busy = False
         self._closing = False
         self._next_beat = 0.0
+        self._held: deque[Message] = deque()  # arrived while a tool waited for an answer
+        self._requests = itertools.count(1)
         self._thread = threading.Thread(target=self._serve_busy, name="toolpool-io", daemon=True)
 
     def start(self) -> None:
@@ -63,6 +79,8 @@ class Channel:
     def receive(self) -> Message:
         """Wait for the next message from the coordinator (idle: heartbeat meanwhile)."""
         while True:
+            if self._held:
+                return self._held.popleft()
             with self._lock:
                 self._flush()  # late progress of the last call
                 self._heartbeat_if_due()
@@ -76,9 +94,51 @@ class Channel:
                 except zmq.Again:
                     continue
             try:
-                return decode(frame)
+                message = decode(frame)
             except ProtocolError as exc:
                 log.error("dropped a bad frame from the coordinator: %s", exc)
+                continue
+            if isinstance(message, ShellReply):
+                # The answer to a question its call gave up on (cancelled meanwhile).
+                log.debug("dropped a late answer to request %s", message.request_id)
+                continue
+            return message
+
+    def request_id(self) -> str:
+        """A fresh id for ``ask``."""
+        return f"{self.worker_id}-{next(self._requests)}"
+
+    def ask(self, request: ShellRequest, timeout: float) -> ShellReply:
+        """Send ``request`` and wait for its answer, from the thread of a running
+        tool; TimeoutError after ``timeout`` seconds. Heartbeats and progress go on
+        meanwhile; other messages are kept for ``receive``. The cancel signal
+        interrupts the wait (its exception propagates; a late answer is dropped)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._flush()
+            self._socket.send(encode(request))
+            while True:
+                self._flush()
+                self._heartbeat_if_due()
+                now = time.monotonic()
+                if now >= deadline:
+                    raise TimeoutError(f"no answer to {request.action.value} in {timeout:g} s")
+                wait = max(0.0, min(self._next_beat, deadline) - now)
+                self._socket.setsockopt(zmq.RCVTIMEO, int(wait * 1000) + 1)
+                try:
+                    frame = self._socket.recv()
+                except zmq.Again:
+                    continue
+                try:
+                    message = decode(frame)
+                except ProtocolError as exc:
+                    log.error("dropped a bad frame from the coordinator: %s", exc)
+                    continue
+                if isinstance(message, ShellReply):
+                    if message.request_id == request.request_id:
+                        return message
+                    continue  # an earlier question's, given up on
+                self._held.append(message)
 
     def begin_call(self) -> None:
         """A tool starts: the I/O thread serves the socket until ``end_call``. It is

@@ -18,6 +18,7 @@ result is ``limit_exceeded``, naming the limit and its value.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import importlib
 import io
@@ -34,6 +35,7 @@ from typing import Any
 
 import msgpack
 
+from toolpool.background import BackgroundShells
 from toolpool.cancel import Cancelled, CancelSource, CancelToken
 from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, ToolCall, ToolResult
@@ -46,6 +48,7 @@ from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext
 from toolpool.worker.channel import Channel
+from toolpool.worker.shells import WorkerShells
 from toolpool.worker.watch import CallWatch, stopped_by_limit
 
 # How long what a call left running gets between SIGTERM and SIGKILL.
@@ -125,6 +128,7 @@ class Runner:
         # makes a packer and its buffer per call (4 µs for a small result, 2 reused).
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self._watch = CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
+        self._shells = WorkerShells(channel)  # the calls' ToolContext.shells
         # Bound once: the handlers installed are these objects, so a look at the
         # installed ones is an identity test.
         self._cancel_handler = self._on_cancel
@@ -179,6 +183,7 @@ class Runner:
         limits = self._limits(message.limits)
         files = RecordingRegister(message.stamps)
         token = CancelToken()
+        self._shells.begin(call.id)
         ctx = tool_context(
             message.context,
             call,
@@ -187,6 +192,7 @@ class Runner:
             lambda data: self.channel.send(Progress(call.id, data)),
             limits,
             self._places_of(message.context),
+            self._shells,
         )
         started = time.monotonic()
         self._memory.reset()
@@ -257,6 +263,9 @@ class Runner:
             result = stopped_by_limit(call, result, limits, *stopped)
         if status is CallStatus.OK and result.is_error:
             status = CallStatus.ERROR
+        if self._shells.details:  # a background shell started, read or ended: which
+            details = {**result.details, **self._shells.details}
+            result = dataclasses.replace(result, details=details)
         me = resource.getrusage(resource.RUSAGE_SELF)
         usage: dict[str, Any] = {
             "wall_seconds": round(time.monotonic() - started, 6),
@@ -317,10 +326,12 @@ def tool_context(
     progress: Callable[[Any], None],
     limits: Limits,
     places: _Places | None = None,
+    shells: BackgroundShells | None = None,
 ) -> ToolContext:
     """The ``ToolContext`` a call's tool sees in the worker, from the ``CallContext``
     the pool sent (``PoolExecutor`` builds it from the engine's); ``places`` are its
-    paths when the caller has them already."""
+    paths when the caller has them already, ``shells`` the session's background
+    shells as the pool offers them."""
     if places is None:
         places = _Places.of(context)
     return ToolContext(
@@ -335,6 +346,7 @@ def tool_context(
         cancel_token=token,
         progress=progress,
         limits=limits,
+        shells=shells,
     )
 
 
