@@ -228,6 +228,33 @@ async def test_L4_a_cut_read_is_a_partial_read(coordinator: Coordinator, workspa
     assert not edited.is_error, edited.text
 
 
+@pytest.mark.spec("L4", "F9")
+async def test_L4_a_cut_stale_refusal_is_no_read(workspace: Path) -> None:
+    # Given a small file read whole, then changed behind the model's back
+    target = workspace / "small.py"
+    target.write_text("".join(f"line_{i} = {i}\n" for i in range(150)))
+    (workspace / "tiny.py").write_text("x = 1\n")
+    coordinator = Coordinator(FILE_TOOLS, turn_output_chars=4_000)
+    try:
+        session = coordinator.open_session(workspace)
+        await coordinator.run_turn(session, [call("1", "read", path="small.py")])
+        target.write_text(target.read_text().replace("line_0 = 0", "line_0 = 'changed'"))
+        # When the edit's stale refusal, which would show the whole file and count as
+        # its read (F9), is cut to fit its share of a turn of four calls (1,000)
+        edit = call("2", "edit", path="small.py", old_string="line_1 = 1", new_string="x")
+        others = [call(f"t{i}", "read", path="tiny.py") for i in range(3)]
+        stale, *_ = await coordinator.run_turn(session, [edit, *others])
+        (retry,) = await coordinator.run_turn(
+            session, [call("3", "edit", path="small.py", old_string="line_1 = 1", new_string="x")]
+        )
+    finally:
+        coordinator.close()
+    # Then the model did not see the whole file: the retry needs a read
+    assert stale.is_error and "output_cut" in stale.details
+    assert retry.is_error
+    assert retry.details["validation_code"] == CODE_NOT_READ
+
+
 @pytest.mark.spec("L4")
 async def test_L4_results_within_their_share_are_untouched(
     coordinator: Coordinator, workspace: Path

@@ -41,6 +41,7 @@ from toolpool.client.errors import (
 )
 from toolpool.client.operation import Deferred, Operation, TurnCursor
 from toolpool.models import ToolResult
+from toolpool.tracing import TurnTracer, turn_tracer
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -70,6 +71,7 @@ class Connection:
         self._replies: dict[str, wire.Message] = {}
         self._accepted: dict[str, TurnLog] = {}  # a Submit's request id → its turn's log
         self._selections: dict[str, wire.EventSelection] = {}  # a Submit's, by request id
+        self._tracers: dict[str, TurnTracer] = {}  # a Submit's spans to be, by request id
         self._turns: dict[str, TurnLog] = {}  # turns still running, by id
         self._handlers: dict[str, ApprovalHandler | None] = {}  # by session id
         self._readers: dict[str, wire.EventReader] = {}  # running turns' event readers
@@ -97,6 +99,9 @@ class Connection:
         """The connection is unusable: every operation ends with ``error``."""
         if self.failure is None:
             self.failure = error
+            for log in self._turns.values():  # their spans end with the connection
+                if log.tracer is not None:
+                    log.tracer.finish()
 
     # -- frames out ----------------------------------------------------------------------
 
@@ -152,10 +157,13 @@ class Connection:
             self._waiting.discard(request_id)
             self._replies.pop(request_id, None)
             self._selections.pop(request_id, None)
+            self._tracers.pop(request_id, None)
             log = self._accepted.pop(request_id, None)
             if log is not None:
                 self._turns.pop(log.turn_id, None)
                 self._readers.pop(log.turn_id, None)
+                if log.tracer is not None:
+                    log.tracer.finish()
 
         return Operation(
             self,
@@ -216,6 +224,9 @@ class Connection:
         message = submit_message(self._next_id(), session_id, calls, format, open, selection)
         if selection is not _ALL_EVENTS:
             self._selections[message.request_id] = selection
+        tracer = turn_tracer()  # under the caller's context, now (R3)
+        if tracer is not None:
+            self._tracers[message.request_id] = tracer
 
         def accepted(reply: wire.Message) -> TurnLog:
             expect(reply, wire.Accepted)
@@ -328,6 +339,9 @@ class Connection:
         if isinstance(message, wire.Accepted):
             # The turn's events may be right behind its acceptance: its log comes first.
             log = TurnLog(message.turn_id, list(message.call_ids))
+            log.tracer = self._tracers.pop(request_id, None)
+            if log.tracer is not None:
+                log.tracer.begin(message.turn_id, len(message.call_ids))
             self._turns[message.turn_id] = log
             self._readers[message.turn_id] = wire.EventReader(selection)
             self._accepted[request_id] = log

@@ -13,6 +13,7 @@ from toolpool.client.errors import DaemonUnavailable, UntrustedEndpoint
 from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd
 from toolpool.protocol import ApprovalReply, ApprovalRequest, EventSelection, Submit
 from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
+from toolpool.tracing import TurnTracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class TurnLog:
     results: tuple[ToolResult, ...] | None = None
     ended: dict[str, ToolResult] = field(default_factory=dict)  # call id → its result
     first: int = 0
+    tracer: TurnTracer | None = None  # its OpenTelemetry spans, when they are recorded
 
     @property
     def count(self) -> int:
@@ -140,6 +142,8 @@ class TurnLog:
 
     def extend(self, events: list[Event]) -> None:
         """``add`` each of ``events``, in order."""
+        if self.tracer is not None:
+            self.tracer.on_events(events)
         self.items.extend(events)
         for event in events:
             if isinstance(event, ToolEnd):

@@ -165,6 +165,7 @@ async def _serve(
         max_tool_errors=config.max_tool_errors,
         scratch_root=scratch,
         turn_output_chars=config.turn_output_chars,
+        trace=False,  # the spans are the clients' to make, under their agents' traces (R3)
     )
     try:
         audit = _open_audit_log(config)

@@ -33,6 +33,7 @@ from toolpool.engine.session import Session
 from toolpool.engine.turn import Turn
 from toolpool.models import Event, ToolCall, ToolResult
 from toolpool.registry import ToolRegistry
+from toolpool.tracing import TurnTracer, turn_tracer
 
 # Claude Code's default: enough to fan out a model's usual burst of reads and greps.
 DEFAULT_MAX_TOOL_CONCURRENCY = 10
@@ -41,6 +42,14 @@ DEFAULT_MAX_TOOL_ERRORS = 3
 
 def _discard(_: Event) -> None:
     pass
+
+
+def _traced(emit: EventSink, tracer: TurnTracer) -> EventSink:
+    def traced(event: Event) -> None:
+        tracer.on_events([event])
+        emit(event)
+
+    return traced
 
 
 class Coordinator:
@@ -57,9 +66,12 @@ class Coordinator:
         max_tool_errors: int = DEFAULT_MAX_TOOL_ERRORS,
         scratch_root: Path | None = None,
         turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
+        trace: bool = True,
     ) -> None:
         """``turn_output_chars``: the default output budget of a session's turns (SPEC
-        L4), in characters of text; 0 means no budget."""
+        L4), in characters of text; 0 means no budget. ``trace``: turns and calls are
+        OpenTelemetry spans under the caller's context when a tracer provider is set
+        (R3); the daemon says False (its clients make the spans)."""
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.executor = executor or InProcessExecutor()
         self.pipeline = Pipeline(self.registry, self.executor, gate=gate, middlewares=middlewares)
@@ -67,6 +79,7 @@ class Coordinator:
         self.max_tool_errors = max_tool_errors
         self.turn_output_chars = check_turn_output_chars(turn_output_chars)
         self.sessions: dict[str, Session] = {}
+        self.trace = trace
         self._scratch_root = scratch_root
         self._own_scratch: weakref.finalize[Any, Any] | None = None
 
@@ -145,6 +158,10 @@ class Coordinator:
         """Start a turn (it waits for the session's previous turn) and return it;
         ``open`` turns take more calls until closed (``Turn.add``, ``Turn.close``);
         while ``hold`` is on, the turn starts no new calls."""
+        emit = on_event or _discard
+        tracer = turn_tracer() if self.trace else None
+        if tracer is not None:
+            emit = _traced(emit, tracer)
         turn = Turn(
             calls,
             session=session,
@@ -152,12 +169,14 @@ class Coordinator:
             max_tool_concurrency=(
                 self.max_tool_concurrency if max_tool_concurrency is None else max_tool_concurrency
             ),
-            emit=on_event or _discard,
+            emit=emit,
             gate=gate,
             turn_id=turn_id,
             open=open,
             hold=hold,
         )
+        if tracer is not None:
+            tracer.begin(turn.id, len(turn.calls))
         return turn.start()
 
     async def run_turn(

@@ -180,14 +180,15 @@ class Pipeline:
         self, flight: InFlight, result: ToolResult, share: OutputShare, began: float
     ) -> ToolResult:
         """L4: ``result`` cut to ``share``, its full text in a spill file of the
-        session's scratch; a read-only tool's stamps of its files made partial (the
-        model saw only part of what it read), those this call recorded."""
+        session's scratch; the stamps this call recorded of its files made partial
+        (the model saw only part of what it read) when it is a read-only tool's, or a
+        refusal's (a stale refusal that showed a whole file counts as its read, F9)."""
         session, call, spec = flight.session, flight.call, flight.spec
         spill = write_spill(session.scratch_dir, call.id, result.text, spill_limit(session.limits))
         partly: list[str] = []
         if spec is not None and call.arguments_error is None:
             args, _ = spec.checker.coerce(call.arguments)
-            if spec.read_only(args):
+            if spec.read_only(args) or result.is_error:
                 ctx = session.context(call, flight.token)
                 for path in spec.file_paths(args, ctx):
                     if session.files.mark_partial(path, since=began):
