@@ -113,13 +113,13 @@ class PathKind:
 @dataclass(frozen=True, slots=True)
 class Address:
     metavar: str = "HOST:PORT"
-    allowed: str = "HOST:PORT with a port from 1 to 65535"
+    allowed: str = "HOST:PORT with a port from 0 (any free one) to 65535"
 
     def parse(self, value: Any, *, text: bool) -> str:
         if not isinstance(value, str):
             raise Refused(f"expected {self.allowed}")
         host, _, port = value.strip().rpartition(":")
-        if not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise Refused(f"expected {self.allowed}")
         return value.strip()
 
