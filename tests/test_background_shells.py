@@ -295,6 +295,12 @@ def test_F6_status_lists_the_sessions_shells(
         assert listed["pid"] > 0 and listed["started"] > 0
         assert listed["output_bytes"] == len("hello\n")
         assert status["background_shells"] >= 1
+        shown = subprocess.run(
+            [sys.executable, "-m", "toolpool", "status", "--runtime-dir", str(daemon.runtime)],
+            cwd=ROOT, env=daemon_env(daemon.runtime.parent), capture_output=True, text=True,
+            check=True, timeout=60,
+        )  # fmt: skip
+        assert f"shell {shell_id} running, pid {listed['pid']}, 6 bytes: echo hello" in shown.stdout
         call(session, "kill_shell", shell_id=shell_id)
 
 

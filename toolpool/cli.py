@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
 import toolpool
 from toolpool.client.control import ExitCode
@@ -283,6 +284,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"  {session_id} {info['workspace']}: {info['turns']} turns, failures {failing}, "
             f"breakers open: {opened}"
         )
+        for shell in info.get("shells", []):  # its background shells (F6)
+            code = "" if shell["exit_code"] is None else f" (exit {shell['exit_code']})"
+            console.print(
+                f"    shell {shell['shell_id']} {shell['state']}{code}, pid {shell['pid']}, "
+                f"{shell['output_bytes']} bytes: {escape(shell['command'])}"
+            )
     console.print("[bold]sandbox[/]")
     for name, mechanism in status.get("sandbox", {}).items():
         mark = "[green]on [/]" if mechanism["active"] else "[yellow]off[/]"
