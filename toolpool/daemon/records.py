@@ -26,6 +26,7 @@ SESSION_OPTIONS = {
     "max_tool_concurrency",
     "turn_output_chars",
     "on_error",
+    "tool_profile",
 }
 
 

@@ -168,6 +168,7 @@ class Requests:
                 limits=limits,
                 turn_output_chars=options.get("turn_output_chars"),
                 on_error=options.get("on_error", "continue"),
+                tool_profile=options.get("tool_profile", "toolpool"),
             )
         except (ValueError, TypeError, OSError) as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None

@@ -114,10 +114,13 @@ class Coordinator:
         limits: Mapping[str, Any] | None = None,
         turn_output_chars: int | None = None,
         on_error: str = "continue",
+        tool_profile: str = "toolpool",
     ) -> Session:
         """``turn_output_chars``: this session's turn output budget (L4); None takes
         the coordinator's, 0 means none. ``on_error``: "continue" or
-        "cancel_siblings" (S7)."""
+        "cancel_siblings" (S7). ``tool_profile``: whose tool names the session's calls
+        use, "toolpool", "claude-code" or "codex" (F12; the registry needs the
+        profile's tools: toolpool.tools.TOOLS has them)."""
         if session_id is not None and session_id in self.sessions:
             raise ValueError(f"session {session_id} is already open")
         session = Session(
@@ -132,6 +135,7 @@ class Coordinator:
                 self.turn_output_chars if turn_output_chars is None else turn_output_chars
             ),
             on_error=on_error,
+            tool_profile=tool_profile,
         )
         if session.id in self.sessions:  # a random id met an open one
             raise ValueError(f"session {session.id} is already open")

@@ -39,6 +39,7 @@ from toolpool.models import (
     UpdateKind,
 )
 from toolpool.outcomes import cancelled_result, result_from_exception, skipped_because
+from toolpool.profiles import not_offered
 from toolpool.registry import ToolRegistry, ToolSpec
 
 EventSink = Callable[[Event], None]
@@ -209,13 +210,9 @@ class Pipeline:
             flight.emit,
             flight.token,
         )
-        if spec is None:  # P4
-            known = ", ".join(sorted(self.registry.names())) or "none"
-            return ToolResult.error(
-                call,
-                ErrorCode.TOOL_NOT_FOUND,
-                f'tool "{call.name}" not found. Available tools: {known}.',
-            )
+        if spec is None or not session.offers(call.name):  # P4, in the session's profile (F12)
+            message = not_offered(session.tool_profile, call.name, self.registry.names())
+            return ToolResult.error(call, ErrorCode.TOOL_NOT_FOUND, message)
 
         if call.arguments_error is not None:  # P5: nothing to coerce or validate
             return _invalid_arguments(call, ArgumentCheck({}, (call.arguments_error,)))

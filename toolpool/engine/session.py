@@ -5,6 +5,9 @@ run one after another: a turn holds ``turn_lock`` from its first call to its end
 ``turn_output_chars`` bounds the text of each of its turns (SPEC L4, ``budget.py``;
 0: no bound).
 
+Its ``tool_profile`` ("toolpool", "claude-code", "codex": toolpool.profiles) says
+whose tool names its calls use (SPEC F12).
+
 Its scratch directory (spill files: bash's in ``bash/``, cut results' in ``output/``)
 is ``<scratch_root>/<session id>``, created mode 0700 when the session opens and
 removed when it closes (SPEC X8); without a ``scratch_root`` the session makes a
@@ -28,6 +31,7 @@ from toolpool.engine.breaker import Breaker
 from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS, check_turn_output_chars
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
+from toolpool.profiles import DEFAULT_PROFILE, check_profile, offers
 from toolpool.runtime import private_dir
 from toolpool.tool import ToolContext
 
@@ -71,6 +75,7 @@ class Session:
         scratch_root: Path | None = None,
         turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
         on_error: str = OnError.CONTINUE,
+        tool_profile: str = DEFAULT_PROFILE,
     ) -> None:
         root = Path(workspace).resolve()
         if not root.is_dir():
@@ -83,6 +88,7 @@ class Session:
         self.breaker = Breaker(max_tool_errors)
         self.turn_output_chars = check_turn_output_chars(turn_output_chars)  # 0: none
         self.on_error = on_error_mode(on_error)
+        self.tool_profile = check_profile(tool_profile)  # whose tool names (F12)
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()
         # Private (0700) before any tool writes there; removed by close().
@@ -92,6 +98,11 @@ class Session:
             if self.id in ("", ".", "..") or not set(self.id) <= _ID_CHARS:
                 raise ValueError(f"session id {self.id!r} cannot name a scratch directory")
             self.scratch_dir = private_dir(scratch_root / self.id)
+
+    def offers(self, tool: str) -> bool:
+        """Whether this session's calls may use ``tool``: its profile's tools and those
+        of no profile (F12)."""
+        return offers(self.tool_profile, tool)
 
     def close(self) -> None:
         """Forget the session's state and remove its scratch directory."""

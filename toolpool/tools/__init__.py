@@ -7,6 +7,7 @@ file-read register: edit and write change only files read whole and unchanged si
 (F2, F3), and renew the stamp after writing (F5). ``docs/tools.md`` describes them.
 """
 
+from toolpool.profiles import profile_tools
 from toolpool.tools.apply_patch import ApplyPatchTool, apply_patch_tool
 from toolpool.tools.bash import Bash, bash
 from toolpool.tools.edit import EditTool
@@ -38,11 +39,14 @@ FILE_TOOLS = [
     notebook_edit_tool,
 ]
 BUILTIN_TOOLS = [*FILE_TOOLS, bash, bash_output, kill_shell]
-TOOLS = BUILTIN_TOOLS  # what tools_in_module("toolpool.tools") loads
+# Claude Code's and Codex's tool sets over these (toolpool.profiles, SPEC F12).
+PROFILE_TOOLS = profile_tools(BUILTIN_TOOLS)
+TOOLS = [*BUILTIN_TOOLS, *PROFILE_TOOLS]  # what tools_in_module("toolpool.tools") loads
 
 __all__ = [
     "BUILTIN_TOOLS",
     "FILE_TOOLS",
+    "PROFILE_TOOLS",
     "TOOLS",
     "ApplyPatchTool",
     "Bash",
