@@ -848,3 +848,48 @@ def test_a_dict_that_matches_no_format_is_refused_naming_the_formats_and_the_key
     assert "toolpool, openai, openai-responses, anthropic, gemini" in message
     # The client does not send it as toolpool's calls either: the daemon refuses it so.
     assert call_payload(payload, None) == (payload, None)
+
+
+@pytest.mark.spec("M1", "F12")
+def test_openai_responses_custom_tool_calls_come_in_as_input_and_go_back_as_custom_outputs() -> (
+    None
+):
+    from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
+
+    from toolpool.providers.openai_responses import custom_call_ids
+
+    # Given a response whose output holds a custom tool call (Codex's free-form
+    # apply_patch) beside a function call, as the openai SDK gives them
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+a\n*** End Patch\n"
+    output = [
+        ResponseCustomToolCall(
+            type="custom_tool_call", call_id="c1", name="apply_patch", input=patch
+        ),
+        ResponseFunctionToolCall(
+            type="function_call", call_id="c2", name="read", arguments='{"path": "a.txt"}'
+        ),
+    ]
+    response = {"id": "resp_1", "object": "response", "output": [o.model_dump() for o in output]}
+    # When it is parsed, and results go back
+    calls = parse_tool_calls(response)
+    results = [ToolResult(c.id, c.name, (TextBlock("done"),)) for c in calls]
+    answers = results_to_openai_responses(results, custom_call_ids(response))
+    # Then the custom call's raw text is its one argument, input
+    assert calls == [
+        ToolCall("c1", "apply_patch", {"input": patch}),
+        ToolCall("c2", "read", {"path": "a.txt"}),
+    ]
+    # and each call is answered by the item of its own kind
+    assert answers == [
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"},
+        {"type": "function_call_output", "call_id": "c2", "output": "done"},
+    ]
+    assert custom_call_ids(output) == {"c1"} and custom_call_ids("no") == frozenset()
+    assert results_to_openai_responses(results)[0]["type"] == "function_call_output"
+
+
+@pytest.mark.spec("E1")
+def test_a_custom_tool_call_without_its_input_is_refused_naming_the_key() -> None:
+    item = {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch"}
+    with pytest.raises(ValueError, match="input"):
+        parse_tool_calls({"output": [item]})

@@ -246,8 +246,11 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
     async def status(self) -> dict[str, Any]:
         return await self._run(self._conn.status())
 
-    async def tools(self, format: str = "toolpool") -> list[dict[str, Any]]:
-        return await self._run(self._conn.tools(format))
+    async def tools(
+        self, format: str = "toolpool", profile: str | None = "toolpool"
+    ) -> list[dict[str, Any]]:
+        """The tools a session of ``profile`` is offered, in ``format`` (None: all)."""
+        return await self._run(self._conn.tools(format, profile))
 
 
 class _SessionOpener:
@@ -321,7 +324,7 @@ class AsyncTurn(TurnBase[AsyncSession]):
         return await self.session.client._run(self._conn.turn_end(self._log, timeout))
 
     async def results_as(self, format: str, timeout: float | None = None) -> Any:
-        return results_as(await self.results(timeout), format)
+        return results_as(await self.results(timeout), format, self._log.custom_calls)
 
     async def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
         """Wait for one call's end; its result."""

@@ -30,6 +30,7 @@ from toolpool.client.core import (
     ApprovalRequested,
     TurnLog,
     call_payload,
+    custom_calls_of,
     decision,
     submit_message,
 )
@@ -230,7 +231,9 @@ class Connection:
 
         def accepted(reply: wire.Message) -> TurnLog:
             expect(reply, wire.Accepted)
-            return self._accepted.pop(message.request_id)
+            log = self._accepted.pop(message.request_id)
+            log.custom_calls = custom_calls_of(message.calls)
+            return log
 
         return self._request(message, accepted)
 
@@ -244,6 +247,7 @@ class Connection:
         def appended(reply: wire.Message) -> list[str]:
             ids = list(_data(reply)["call_ids"])
             log.call_ids.extend(ids)
+            log.custom_calls |= custom_calls_of(payload)
             return ids
 
         return self._request(wire.Append(self._next_id(), log.turn_id, payload, format), appended)
@@ -257,8 +261,21 @@ class Connection:
     def status(self) -> Operation[dict[str, Any]]:
         return self._request(wire.Status(self._next_id()), lambda r: dict(_data(r)))
 
-    def tools(self, format: str) -> Operation[list[dict[str, Any]]]:
-        return self._request(wire.Tools(self._next_id(), format), lambda r: list(_data(r)))
+    def tools(
+        self, format: str, profile: str | None = "toolpool"
+    ) -> Operation[list[dict[str, Any]]]:
+        """The daemon's tools in ``format``: those a session of ``profile`` is offered
+        (toolpool.profiles), every one when None."""
+        from toolpool.profiles import check_profile, in_profile  # only when asked
+
+        if profile is not None:
+            check_profile(profile)
+
+        def listed(reply: wire.Message) -> list[dict[str, Any]]:
+            definitions = list(_data(reply))
+            return definitions if profile is None else in_profile(definitions, profile)
+
+        return self._request(wire.Tools(self._next_id(), format), listed)
 
     # -- waiting on turns ------------------------------------------------------------------
 

@@ -115,6 +115,7 @@ class TurnLog:
     items: list[TurnItem] = field(default_factory=list)
     results: tuple[ToolResult, ...] | None = None
     ended: dict[str, ToolResult] = field(default_factory=dict)  # call id → its result
+    custom_calls: frozenset[str] = frozenset()  # Responses custom tool calls, by call id
     first: int = 0
     tracer: TurnTracer | None = None  # its OpenTelemetry spans, when they are recorded
 
@@ -198,11 +199,26 @@ def _is_toolpool_calls(calls: Any) -> bool:
 _TOOLPOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "arguments_error"})
 
 
-def results_as(results: Iterable[ToolResult], format: str) -> Any:
-    """A turn's results in a provider's shape (toolpool.providers)."""
-    from toolpool.providers import results_to_provider
+def results_as(
+    results: Iterable[ToolResult], format: str, custom_calls: frozenset[str] = frozenset()
+) -> Any:
+    """A turn's results in a provider's shape (toolpool.providers); ``custom_calls``
+    are the ids of the turn's Responses ``custom_tool_call``s, which are answered by
+    ``custom_tool_call_output`` items."""
+    from toolpool.providers import results_to_openai_responses, results_to_provider
 
+    if format == "openai-responses":
+        return results_to_openai_responses(results, custom_calls)
     return results_to_provider(results, format)
+
+
+def custom_calls_of(payload: Any) -> frozenset[str]:
+    """The ids of the Responses ``custom_tool_call``s in what a turn was sent."""
+    if type(payload) is not list and not isinstance(payload, Mapping):
+        return frozenset()
+    from toolpool.providers.openai_responses import custom_call_ids
+
+    return custom_call_ids(payload)
 
 
 def decision(value: Any) -> tuple[bool, str]:
@@ -220,6 +236,7 @@ __all__ = [
     "TurnItem",
     "TurnLog",
     "call_payload",
+    "custom_calls_of",
     "decision",
     "resolve_endpoint",
     "results_as",

@@ -168,8 +168,11 @@ class Client(ClientBase[zmq.Socket[bytes]]):
     def status(self) -> dict[str, Any]:
         return self._run(self._conn.status())
 
-    def tools(self, format: str = "toolpool") -> list[dict[str, Any]]:
-        return self._run(self._conn.tools(format))
+    def tools(
+        self, format: str = "toolpool", profile: str | None = "toolpool"
+    ) -> list[dict[str, Any]]:
+        """The tools a session of ``profile`` is offered, in ``format`` (None: all)."""
+        return self._run(self._conn.tools(format, profile))
 
 
 class Session(SessionBase[Client]):
@@ -235,7 +238,7 @@ class Turn(TurnBase[Session]):
 
     def results_as(self, format: str, timeout: float | None = None) -> Any:
         """The results in a provider's shape ("openai", "anthropic", …)."""
-        return results_as(self.results(timeout), format)
+        return results_as(self.results(timeout), format, self._log.custom_calls)
 
     def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
         """Wait for one call's end; its result."""

@@ -1,30 +1,41 @@
-"""OpenAI Responses: ``function_call`` output items in, ``function_call_output`` items out.
+"""OpenAI Responses: ``function_call`` and ``custom_tool_call`` output items in,
+``function_call_output`` and ``custom_tool_call_output`` items out.
 
 The documented shapes (platform.openai.com/docs/api-reference/responses)::
 
     output item   {"type": "function_call", "id": "fc_1", "call_id": "call_1",
                    "name": "read", "arguments": "{\\"path\\": \\"a\\"}", "status": "completed"}
+    output item   {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_2",
+                   "name": "apply_patch", "input": "*** Begin Patch\\n..."}
     input item    {"type": "function_call_output", "call_id": "call_1", "output": "..."}
+    input item    {"type": "custom_tool_call_output", "call_id": "call_2", "output": "..."}
     tool          {"type": "function", "name": ..., "description": ...,
                    "parameters": {...}, "strict": false}
 
 A call is answered by its ``call_id``, not by the item's ``id``. ``output`` is a string,
-or a list of ``input_text`` / ``input_image`` / ``input_file`` parts.
+or a list of ``input_text`` / ``input_image`` / ``input_file`` parts. A custom tool
+takes free text, not JSON: its call becomes a ToolCall whose one argument ``input`` is
+that text (the shape of toolpool's ``apply_patch``, which is what Codex models call
+so), and it is answered by a ``custom_tool_call_output`` (``custom_call_ids`` tells
+which calls were custom).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
 from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
 from toolpool.registry import ToolSpec
 
+_CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
+
 
 def calls_from_openai_responses(payload: Any) -> list[ToolCall]:
-    """The function calls of a Responses ``output`` list, or of a whole response.
+    """The function and custom tool calls of a Responses ``output`` list, or of a
+    whole response.
 
     Every other item (``reasoning``, ``message``, hosted tools such as
     ``web_search_call`` that OpenAI runs itself) is skipped.
@@ -35,10 +46,14 @@ def calls_from_openai_responses(payload: Any) -> list[ToolCall]:
     calls = []
     for i, raw in enumerate(as_list(payload, where)):
         item = as_object(raw, f"{where}[{i}]")
-        if item.get("type") != "function_call":
+        kind = item.get("type")
+        if kind not in _CALL_TYPES:
             continue
         at = f"{where}[{i}]"
-        arguments, error = json_arguments(item.get("arguments", ""), f"{at}.arguments")
+        if kind == "custom_tool_call":
+            arguments, error = {"input": required_text(item, "input", at)}, None
+        else:
+            arguments, error = json_arguments(item.get("arguments", ""), f"{at}.arguments")
         calls.append(
             ToolCall(
                 required_text(item, "call_id", at),
@@ -50,15 +65,43 @@ def calls_from_openai_responses(payload: Any) -> list[ToolCall]:
     return calls
 
 
-def results_to_openai_responses(results: Iterable[ToolResult]) -> list[JSONObject]:
-    """One ``function_call_output`` input item per result, in the order given (M1).
+def custom_call_ids(payload: Any) -> frozenset[str]:
+    """The call ids of the ``custom_tool_call`` items of a Responses ``output`` list or
+    response; none for anything else (other formats, malformed input)."""
+    payload = dumped(payload)
+    if isinstance(payload, Mapping):
+        payload = payload.get("output")
+    if not isinstance(payload, list):
+        return frozenset()
+    items = [dumped(item) for item in payload]  # SDK objects in a plain list too
+    return frozenset(
+        str(item["call_id"])
+        for item in items
+        if isinstance(item, Mapping)
+        and item.get("type") == "custom_tool_call"
+        and "call_id" in item
+    )
+
+
+def results_to_openai_responses(
+    results: Iterable[ToolResult], custom_calls: Collection[str] = ()
+) -> list[JSONObject]:
+    """One input item per result, in the order given (M1): ``function_call_output``,
+    or ``custom_tool_call_output`` for the calls of ``custom_calls`` (the call ids of
+    the custom tool calls among them: ``custom_call_ids`` of the model's output).
 
     Text-only results give ``output`` as a string; a result with an image gives the
     list form, the image as an ``input_image`` with a base64 data URL. Errors are plain
     text: the API has no error flag.
     """
     return [
-        {"type": "function_call_output", "call_id": result.call_id, "output": _output(result)}
+        {
+            "type": "custom_tool_call_output"
+            if result.call_id in custom_calls
+            else "function_call_output",
+            "call_id": result.call_id,
+            "output": _output(result),
+        }
         for result in results
     ]
 
