@@ -3,7 +3,8 @@
 toolpool daemon [run|start|stop|status] [flags]   the daemon (foreground by default)
 toolpool demo [--in-process]                      one realistic turn, events live
 toolpool call NAME JSON [NAME JSON …]            calls, one turn each, in one session
-toolpool tools [--format openai|anthropic|…]      the tools' definitions
+toolpool tools [--format openai|anthropic|…] [--profile claude-code|codex]
+                                                  the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
 toolpool mcp serve [--workspace DIR]              the tools, to an MCP client over stdio
@@ -31,6 +32,7 @@ from toolpool.client.control import ExitCode
 from toolpool.errors import ToolpoolError
 
 FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "mcp")
+PROFILES = ("toolpool", "claude-code", "codex")  # toolpool.profiles.PROFILES (a test checks)
 
 
 def _console() -> Console:
@@ -225,7 +227,7 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     definitions = None
     try:
         with Client(args.endpoint, runtime_dir=args.runtime_dir) as client:
-            definitions = client.tools(args.format)
+            definitions = client.tools(args.format, args.profile)
     except DaemonUnavailable:
         if args.endpoint is not None or os.environ.get("TOOLPOOL_ENDPOINT"):
             raise  # that daemon was asked for by name
@@ -243,7 +245,9 @@ def _configured_tools(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.tool_modules:
         flags["tool_modules"] = ",".join(args.tool_modules)
     config = load_config(flags)
-    specs = list(tool_registry(config.tool_modules))
+    from toolpool.profiles import offers
+
+    specs = [t for t in tool_registry(config.tool_modules) if offers(args.profile, t.name)]
     if config.mcp_servers is not None:
         _note(f"no daemon runs: the tools of the MCP servers of {config.mcp_servers} are not here")
     if args.format == "toolpool":
@@ -433,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tools", help="the tools' definitions (the daemon's, else the configured ones)"
     )
     tools.add_argument("--format", choices=FORMATS, default="toolpool")
+    tools.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="toolpool",
+        help="the tools of this tool profile (claude-code: Claude Code's, codex: Codex CLI's)",
+    )
     tools.add_argument("--config", help="TOML configuration file (when no daemon runs)")
     tools.add_argument("--tool-modules", action="append", metavar="A,B", help="when no daemon runs")
     _client_flags(tools)
