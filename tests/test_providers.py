@@ -886,6 +886,8 @@ def test_openai_responses_custom_tool_calls_come_in_as_input_and_go_back_as_cust
     ]
     assert custom_call_ids(output) == {"c1"} and custom_call_ids("no") == frozenset()
     assert results_to_openai_responses(results)[0]["type"] == "function_call_output"
+    # A bare output list of custom calls only is detected too, not read as no calls
+    assert parse_tool_calls([output[0].model_dump()]) == [calls[0]]
 
 
 @pytest.mark.spec("E1")

@@ -271,7 +271,7 @@ def _item_format(item: Any, index: int) -> str | None:
     kind = block.get("type")
     if kind == "tool_use":
         return "anthropic"
-    if kind == "function_call":
+    if kind in ("function_call", "custom_tool_call"):
         return "openai-responses"
     if "function" in block:
         return "openai"
