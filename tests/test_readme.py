@@ -3,10 +3,12 @@ daemon, in a directory with a README.md, the embedding one on its own."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,7 @@ def run(code: str, cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
-@pytest.mark.spec("E1")
+@pytest.mark.spec("E1", "R3")
 def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -35,6 +37,7 @@ def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
         blocking = run(EXAMPLES[0], project, env).splitlines()
         asynchronous = run(EXAMPLES[1], project, env).splitlines()
         anthropic = run(EXAMPLES[2], project, env).splitlines()
+        traced = run(EXAMPLES[3], project, env)
     assert blocking[-3:] == [
         "1 ok Found 1 matching line in 1 file",
         "2 ok      1\t# my project",
@@ -46,7 +49,22 @@ def test_readme_client_examples_run_against_a_daemon(tmp_path: Path) -> None:
     assert asynchronous[-2:] == ["./", "  README.md"]
     # E1: the SDK's own Message object, submitted as it is.
     assert anthropic == ["user toolu_1 False", "     1\t# my project"]
+    # R3: the spans, printed by the SDK's console exporter, one trace.
+    spans = {span["name"]: span for span in _printed_spans(traced)}
+    assert set(spans) == {"execute_tool read", "toolpool.turn", "agent step"}
+    assert spans["execute_tool read"]["parent_id"] == spans["toolpool.turn"]["context"]["span_id"]
+    assert spans["toolpool.turn"]["parent_id"] == spans["agent step"]["context"]["span_id"]
+    assert spans["execute_tool read"]["attributes"]["gen_ai.tool.call.id"] == "1"
+
+
+def _printed_spans(text: str) -> list[dict[str, Any]]:
+    """The JSON objects ConsoleSpanExporter printed, one after another."""
+    decoder, spans, at = json.JSONDecoder(), [], 0
+    while (start := text.find("{", at)) != -1:
+        span, at = decoder.raw_decode(text, start)
+        spans.append(span)
+    return spans
 
 
 def test_readme_embedding_example_runs(tmp_path: Path) -> None:
-    assert run(EXAMPLES[3], tmp_path, daemon_env(tmp_path)).splitlines() == ["4"]
+    assert run(EXAMPLES[4], tmp_path, daemon_env(tmp_path)).splitlines() == ["4"]
