@@ -23,7 +23,6 @@ import select
 import subprocess
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from toolpool.sandbox.terminate import (
     terminate,
 )
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
+from toolpool.tools.head_tail import HeadAndTail
 from toolpool.tools.paths import display
 
 DEFAULT_TIMEOUT = 120
@@ -97,11 +97,7 @@ class _Output:
         self.spilled = 0  # bytes in the spill file, the note aside
         self.spill_truncated = False
         self._ctx = ctx
-        self._head: list[str] = []
-        self._head_chars = 0
-        self._tail: deque[str] = deque()
-        self._tail_chars = 0
-        self.total_chars = 0
+        self._kept = HeadAndTail(MAX_OUTPUT_CHARS)
         self._unsent: list[str] = []
         self._unsent_chars = 0
         self._streamed = 0
@@ -118,18 +114,7 @@ class _Output:
                 self._unsent.append(text)
                 self._unsent_chars += len(text)
             self._write_spill(text)
-            self.total_chars += len(text)
-            half = MAX_OUTPUT_CHARS // 2
-            if self._head_chars < half:
-                take = text[: half - self._head_chars]
-                self._head.append(take)
-                self._head_chars += len(take)
-                text = text[len(take) :]
-            if text:
-                self._tail.append(text)
-                self._tail_chars += len(text)
-                while self._tail and self._tail_chars - len(self._tail[0]) >= half:
-                    self._tail_chars -= len(self._tail.popleft())
+            self._kept.add(text)
         self.stream()
 
     def _write_spill(self, text: str) -> None:
@@ -168,15 +153,14 @@ class _Output:
         self.stream(final=True)
         self._spill.close()
 
+    @property
+    def total_chars(self) -> int:
+        return self._kept.total
+
     def text(self) -> tuple[str, bool]:
         """What the model sees, and whether it was cut."""
-        head = "".join(self._head)
-        if self.total_chars <= MAX_OUTPUT_CHARS:
-            return head + "".join(self._tail), False
-        tail = "".join(self._tail)[-(MAX_OUTPUT_CHARS // 2) :]
-        left_out = self.total_chars - len(head) - len(tail)
-        marker = f"\n\n... [{left_out} characters left out] ...\n\n"
-        return head + marker + tail, True
+        with self._lock:
+            return self._kept.text()
 
 
 def _read_output(fd: int, output: _Output, stop: threading.Event) -> None:

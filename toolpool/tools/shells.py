@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from toolpool.background import BackgroundShells, ShellInfo
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ValidationResult
 from toolpool.tools.bash import MAX_OUTPUT_CHARS
+from toolpool.tools.head_tail import HeadAndTail
 from toolpool.tools.paths import display
 
 _CHUNK = 1 << 20
@@ -62,43 +62,9 @@ def _state_line(shell: ShellInfo) -> str:
     return f"Shell {shell.shell_id} {shell.describe_state()}."
 
 
-class _Kept:
-    """The lines kept for the model: the head and the tail, each up to half of
-    ``MAX_OUTPUT_CHARS``, and how many characters were passed over between them."""
-
-    def __init__(self) -> None:
-        self._head: list[str] = []
-        self._head_chars = 0
-        self._tail: deque[str] = deque()
-        self._tail_chars = 0
-        self.total = 0
-
-    def add(self, text: str) -> None:
-        self.total += len(text)
-        half = MAX_OUTPUT_CHARS // 2
-        if self._head_chars < half:
-            take = text[: half - self._head_chars]
-            self._head.append(take)
-            self._head_chars += len(take)
-            text = text[len(take) :]
-        if text:
-            self._tail.append(text)
-            self._tail_chars += len(text)
-            while self._tail and self._tail_chars - len(self._tail[0]) >= half:
-                self._tail_chars -= len(self._tail.popleft())
-
-    def text(self) -> tuple[str, bool]:
-        head = "".join(self._head)
-        if self.total <= MAX_OUTPUT_CHARS:
-            return head + "".join(self._tail), False
-        tail = "".join(self._tail)[-(MAX_OUTPUT_CHARS // 2) :]
-        left_out = self.total - len(head) - len(tail)
-        return f"{head}\n\n... [{left_out} characters left out] ...\n\n{tail}", True
-
-
-def _read(path: Path, start: int, end: int, keep: re.Pattern[str] | None) -> _Kept:
+def _read(path: Path, start: int, end: int, keep: re.Pattern[str] | None) -> HeadAndTail:
     """The bytes ``[start, end)`` of ``path`` (UTF-8), the lines ``keep`` matches."""
-    kept = _Kept()
+    kept = HeadAndTail(MAX_OUTPUT_CHARS)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     partial = ""
     with open(path, "rb") as f:
