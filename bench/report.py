@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.format import MiB, num, pcells, times
+from bench.scenarios import scale
 from bench.targets import describe_flood, describe_session_limit, targets
 
 
@@ -265,6 +266,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
         ]
         for name, v in conf["summary_ms"].items():
             lines.append(f"| {name} | {pcells(v, 2)} | {v['p50'] - base:.2f} |")
+
+    if sc := data.get("scale"):
+        lines += scale.report(sc)
 
     if peers := data.get("peers"):
         t = peers["throughput_calls_per_second"]

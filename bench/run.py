@@ -38,6 +38,7 @@ from bench.scenarios import (
     overhead,
     peers,
     recovery,
+    scale,
     session,
     soak,
     throughput,
@@ -56,7 +57,10 @@ SCENARIOS = (
     "peers",
     "soak",
     "flood",
+    "scale",
 )
+# Run when named (--only): it needs the ray extra and starts a Ray cluster.
+ON_REQUEST = ("scale",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/<time>)")
     parser.add_argument("--only", help=f"comma-separated scenarios of {', '.join(SCENARIOS)}")
     args = parser.parse_args(argv)
-    chosen = args.only.split(",") if args.only else list(SCENARIOS)
+    chosen = args.only.split(",") if args.only else [s for s in SCENARIOS if s not in ON_REQUEST]
     unknown = set(chosen) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}")
@@ -130,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = soak.run(args.quick, workspace)
             elif name == "flood":
                 data[name] = flood.run(args.quick, workspace)
+            elif name == "scale":
+                data[name] = scale.run(args.quick, workspace)
             progress.update(task, completed=progress.tasks[task].total)
             data.setdefault("seconds", {})[name] = round(time.perf_counter() - began, 1)
 
