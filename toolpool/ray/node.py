@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,6 @@ OWNED = ("runtime_dir", "tcp", "curve_secret_key", "curve_authorized_keys", "log
 # What a cluster's daemon uses unless the driver says otherwise: a node's daemon is
 # stopped with its actor, which should not wait out a long drain.
 DEFAULTS: dict[str, Any] = {"drain_grace": 2.0, "log_level": "info"}
-PORT_ATTEMPTS = 3
 STOP_GRACE = 5.0  # seconds the daemon's tree gets after the second SIGTERM
 
 
@@ -109,37 +107,30 @@ class NodeDaemon:
         self._root = root
         secret_file, authorized = self._write_keys(root / "keys")
         log = root / "daemon.log"
+        config = root / "daemon.toml"
+        config.write_text(to_toml(self._config(root, secret_file, authorized)))
+        process = self._spawn(config, log)
         deadline = time.monotonic() + timeout
-        # The daemon's address takes no port 0: a free one is picked here, and picked
-        # again if another program took it before the daemon could.
-        for _ in range(PORT_ATTEMPTS):
-            config = root / "daemon.toml"
-            config.write_text(to_toml(self._config(root, secret_file, authorized)))
-            offset = log.stat().st_size if log.exists() else 0
-            process = self._spawn(config, log)
-            while time.monotonic() < deadline and process.poll() is None:
-                info = read_endpoint(root / "rt")
-                if info is not None and info.get("pid") == process.pid and info.get("tcp"):
-                    return NodeEndpoint(
-                        self.node_id,
-                        str(info["tcp"]),
-                        str(info["server_public_key"]).encode(),
-                        process.pid,
-                        os.getpid(),
-                    )
-                time.sleep(0.05)
-            if process.poll() is None:
-                self.stop()
-                raise ClusterError(
-                    f"the daemon on node {self.node_id[:12]} did not answer in {timeout:g} s"
+        while time.monotonic() < deadline and process.poll() is None:
+            info = read_endpoint(root / "rt")
+            if info is not None and info.get("pid") == process.pid and info.get("tcp"):
+                return NodeEndpoint(
+                    self.node_id,
+                    str(info["tcp"]),  # the port the kernel gave it
+                    str(info["server_public_key"]).encode(),
+                    process.pid,
+                    os.getpid(),
                 )
-            failure = start_failure(log, offset)
-            if "in use" not in failure:
-                raise ClusterError(
-                    f"the daemon on node {self.node_id[:12]} exited at start "
-                    f"(status {process.returncode}): {failure}"
-                )
-        raise ClusterError(f"no free port on {self._host} for the daemon of {self.node_id[:12]}")
+            time.sleep(0.05)
+        if process.poll() is None:
+            self.stop()
+            raise ClusterError(
+                f"the daemon on node {self.node_id[:12]} did not answer in {timeout:g} s"
+            )
+        raise ClusterError(
+            f"the daemon on node {self.node_id[:12]} exited at start "
+            f"(status {process.returncode}): {start_failure(log, 0)}"
+        )
 
     def _spawn(self, config: Path, log: Path) -> subprocess.Popen[bytes]:
         """``toolpool daemon run --config FILE`` through ``tether``, from a thread that
@@ -198,7 +189,7 @@ class NodeDaemon:
         return {
             **self._settings,
             "runtime_dir": str(root / "rt"),
-            "tcp": f"{host}:{free_port(self._host)}",
+            "tcp": f"{host}:0",  # any free port: the daemon's endpoint file says which
             "curve_secret_key": str(secret_file),
             "curve_authorized_keys": str(authorized),
             "log_file": str(root / "daemon.log"),
@@ -294,15 +285,6 @@ class NodeDaemon:
                 raise WorkspaceError(f"session {key} has a workspace already")
             self._workspaces[key] = into
         return into
-
-
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` now (the kernel's pick)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def remove_stale_roots(base: Path) -> list[str]:
