@@ -156,6 +156,7 @@ def project(tmp_path: Path) -> Path:
         ([NodeLoad("a", NodeState.READY, 9), NodeLoad("b", NodeState.READY)], "a", "a"),
     ],
 )
+@pytest.mark.spec("R4")
 def test_a_session_goes_to_the_least_loaded_ready_node(
     nodes: list[NodeLoad], pinned: str | None, chosen: str
 ) -> None:
@@ -192,6 +193,7 @@ def test_the_daemon_settings_file_is_what_tomllib_reads() -> None:
 # --- the cluster --------------------------------------------------------------------------
 
 
+@pytest.mark.spec("R4")
 def test_every_node_gets_a_daemon_of_its_own(ray_nodes: Cluster, pool: ToolpoolCluster) -> None:
     status = pool.status()
     nodes = status["nodes"]
@@ -207,6 +209,7 @@ def test_every_node_gets_a_daemon_of_its_own(ray_nodes: Cluster, pool: ToolpoolC
     assert "2 ready" in repr(pool)
 
 
+@pytest.mark.spec("R4")
 def test_a_daemon_answers_only_the_driver(pool: ToolpoolCluster) -> None:
     from toolpool import Client, DaemonUnavailable
 
@@ -278,6 +281,7 @@ def conformance(session: ClusterSession, root: Path) -> None:
 
 
 @pytest.mark.parametrize("which", ["head", "worker"])
+@pytest.mark.spec("R4")
 def test_a_session_on_each_node_behaves_as_on_one_machine(
     ray_nodes: Cluster, pool: ToolpoolCluster, project: Path, which: str
 ) -> None:
@@ -288,6 +292,7 @@ def test_a_session_on_each_node_behaves_as_on_one_machine(
     assert session.closed and project.is_dir()  # a path on the node is the caller's
 
 
+@pytest.mark.spec("R4")
 def test_a_workspace_from_a_tarball_as_bytes_or_as_a_shared_object(
     ray_nodes: Cluster, pool: ToolpoolCluster, project: Path
 ) -> None:
@@ -320,6 +325,7 @@ def git(cwd: Path, *argv: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.spec("R4")
 def test_a_workspace_from_a_git_revision(
     ray_nodes: Cluster, pool: ToolpoolCluster, project: Path
 ) -> None:
@@ -338,6 +344,7 @@ def test_a_workspace_from_a_git_revision(
     assert not checkout.exists()
 
 
+@pytest.mark.spec("R4")
 def test_a_workspace_that_cannot_be_made_is_a_workspace_error(
     ray_nodes: Cluster, pool: ToolpoolCluster, project: Path, tmp_path: Path
 ) -> None:
@@ -366,6 +373,7 @@ def test_a_workspace_that_cannot_be_made_is_a_workspace_error(
         GitSource(project.as_uri(), "--upload-pack=evil")
 
 
+@pytest.mark.spec("R4")
 def test_sessions_spread_over_the_nodes_and_status_adds_them_up(
     ray_nodes: Cluster, pool: ToolpoolCluster, project: Path
 ) -> None:
@@ -382,6 +390,7 @@ def test_sessions_spread_over_the_nodes_and_status_adds_them_up(
     assert status["sessions"] == status["cluster_sessions"] == 0
 
 
+@pytest.mark.spec("R5")
 def test_a_tethered_process_dies_with_its_parent() -> None:
     # Given a parent that started a command through the tether (as a node's actor
     # starts its daemon), and the command has become what it runs
@@ -428,6 +437,7 @@ def test_what_dead_actors_left_is_removed_and_only_that(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (kept, mine, other))
 
 
+@pytest.mark.spec("R5")
 def test_a_lost_node_fails_its_sessions_and_the_rest_go_on(
     ray_nodes: Cluster, pool: ToolpoolCluster, project: Path
 ) -> None:
@@ -473,6 +483,7 @@ def test_a_lost_node_fails_its_sessions_and_the_rest_go_on(
     assert pool.status()["cluster_sessions"] == 0
 
 
+@pytest.mark.spec("R5")
 def test_shutdown_stops_every_daemon_actor_and_workspace(ray_nodes: Cluster, project: Path) -> None:
     head = node_ids(ray_nodes)[0]
     cluster = ToolpoolCluster(settings=SETTINGS, node_filter=lambda n: n["NodeID"] == head)
