@@ -18,7 +18,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -63,8 +63,17 @@ SCENARIOS = (
 ON_REQUEST = ("scale",)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the message prefix and exit code of every toolpool command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"toolpool: error: bench: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="toolpool bench",
         description="Measure toolpool beside its floor and its peers, in one run.",
     )

@@ -2,12 +2,25 @@ from __future__ import annotations
 
 import gc
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (scripts/test runs two workers) each worker has a temporary
+    directory of its own, so that what one leaves there is its own to answer for
+    (no_toolpool_file_left_in_tmp) — and it stays short, for Unix sockets' paths."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        mine = Path(tempfile.gettempdir()) / worker
+        mine.mkdir(exist_ok=True)
+        os.environ["TMPDIR"] = str(mine)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 # Processes a fixture shared by several tests owns (a module's daemon): their subtrees
 # change under the tests (workers are replaced) and are checked when the fixture ends.

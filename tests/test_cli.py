@@ -87,7 +87,7 @@ def test_unknown_flags_are_refused_but_the_bench_gets_its_own() -> None:
         check=False,
     )
     assert wrong.returncode == 2
-    assert "unknown scenarios ['nonsense']" in wrong.stderr
+    assert "toolpool: error: bench: unknown scenarios ['nonsense']" in wrong.stderr
 
 
 def toolpool(tmp: Path, *args: str, **options: object) -> subprocess.CompletedProcess[str]:

@@ -247,7 +247,7 @@ async def test_S2_calls_arriving_together_follow_the_turn_rules(
 async def test_D5_serve_starts_a_daemon_when_none_runs_and_stops_it_after(
     tmp_path: Path, workspace: Path
 ) -> None:
-    runtime = tmp_path / "own-runtime"
+    runtime = tmp_path / "rt"
     env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "TOOLPOOL_MIN_WORKERS": "1"}
     async with mcp_serve(runtime, workspace, **env) as mcp:
         pid = running_pid(runtime)

@@ -9,9 +9,11 @@ import concurrent.futures
 import functools
 import importlib.util
 import os
+import shutil
 import statistics
 import subprocess
 import sysconfig
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -186,7 +188,10 @@ def _ray(
 ) -> tuple[dict[str, float], dict[str, float]]:  # pragma: no cover
     import ray
 
-    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
+    # Ray's sockets live under its temp dir, and a Unix socket's path is at most 107
+    # bytes: a deep $TMPDIR (a test's) would not do.
+    temp = tempfile.mkdtemp(prefix="tpray-", dir="/tmp")
+    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
     try:
         remote = {f: ray.remote(f) for f, _, _, _ in WORK.values()}
         ray.get(remote[noop].remote())
@@ -198,4 +203,5 @@ def _ray(
         lat = summary(_latency(lambda: ray.get(remote[noop].remote()), latency_n))
     finally:
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
     return rates, lat
