@@ -22,6 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["TMPDIR"] = str(mine)
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
+
 # Processes a fixture shared by several tests owns (a module's daemon): their subtrees
 # change under the tests (workers are replaced) and are checked when the fixture ends.
 SHARED_ROOTS: set[int] = set()
