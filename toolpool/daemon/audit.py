@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 _STOP = None  # on the queue: write what came before, then end
+# Records are written at most this long after they end: a wake-up of the writer per
+# half second, not per call, costs the daemon ~2-10 % of its CPU per call instead of
+# ~20 % (measured with a one-call read turn, interleaved runs).
+BATCH_SECONDS = 0.5
+MAX_BATCH = 1000
 
 
 def arguments_hash(arguments: Any) -> str:
@@ -88,23 +93,35 @@ class AuditLog:
     def _run(self) -> None:
         try:
             while True:
-                batch = [self._queue.get()]
-                with contextlib.suppress(queue.Empty):
-                    while len(batch) < 1000:
-                        batch.append(self._queue.get_nowait())
-                stop = _STOP in batch
-                for record in batch:
-                    if record is not None:
-                        self._file.write(self._line(record))
+                stop = self._write(self._batch())
                 self._file.flush()
-                if self._file.tell() >= self.max_bytes:
-                    self._rotate()
                 if stop:
                     return
         except Exception:  # a full disk: say so, and keep the daemon serving
             log.exception("the audit log %s failed; no more lines are written", self.path)
         finally:
             self._file.close()
+
+    def _batch(self) -> list[Record | None]:
+        """The next record, and those that come within ``BATCH_SECONDS`` of it: one
+        wake-up and one flush per batch, not per call (each wake-up of this thread
+        takes the GIL from the event loop)."""
+        batch = [self._queue.get()]
+        deadline = time.monotonic() + BATCH_SECONDS
+        with contextlib.suppress(queue.Empty):
+            while batch[-1] is not _STOP and len(batch) < MAX_BATCH:
+                batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+        return batch
+
+    def _write(self, batch: list[Record | None]) -> bool:
+        """Write the batch's records, rotating as the file fills; True at the end."""
+        for record in batch:
+            if record is _STOP:
+                return True
+            self._file.write(self._line(record))
+            if self._file.tell() >= self.max_bytes:
+                self._rotate()
+        return False
 
     def _line(self, record: Record) -> str:
         arguments = record.pop("_arguments")
