@@ -251,8 +251,9 @@ def test_F6_a_shell_outlives_the_worker_that_started_it(client: Client, workspac
         read, last = read_until(session, shell_id, "ready")
         # Then it runs on, and its output is there.
         assert last.details["worker_pid"] != starter
-        assert read == "ready" and sleeping(mark) == 1
-        assert last.text.endswith("is running.")
+        assert read == "ready" and last.text.endswith("is running.")
+        # (its sleep starts after the echo: wait for it rather than race it)
+        wait_until(lambda: sleeping(mark) == 1, "the shell's command sleeps on")
         call(session, "kill_shell", shell_id=shell_id)
     assert marked(mark) == []
 
@@ -262,6 +263,7 @@ def test_F6_closing_the_session_ends_its_shells(client: Client, workspace: Path)
     mark, kept = marker(), marker()
     with client.session(workspace) as staying:
         kept_id, _ = start(staying, f"sleep {kept}")
+        wait_until(lambda: sleeping(kept) == 1, "the other session's shell sleeps")
         with client.session(workspace) as closing:
             start(closing, f"setsid sleep {mark} & sleep {mark}")
             wait_until(lambda: sleeping(mark) == 2, "both sleeping")
