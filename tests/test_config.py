@@ -180,7 +180,7 @@ def test_flags_limits_and_tool_limits_as_text(tmp_path: Path) -> None:
         ("bash", "expected TOOL.LIMIT=VALUE"),
         ("bash.wall_seconds", "expected TOOL.LIMIT=VALUE"),
         ("bash.wall_secs=3", "unknown limit 'wall_secs' .did you mean 'wall_seconds'"),
-        ("bash.wall_seconds=soon", "flag --tool-limit bash.wall_seconds=soon: wall_seconds"),
+        ("bash.wall_seconds=soon", "flag --tool-limit bash.wall_seconds: wall_seconds = 'soon'"),
     ],
 )
 def test_a_bad_tool_limit_flag_says_which(item: str, problem: str) -> None:

@@ -262,7 +262,7 @@ def test_E3_a_wrong_tool_limit_flag_is_one_line_naming_it(
     item = f"{tool}.{setting.name}={text}"
     args = build_parser().parse_args(["daemon", "start", "--tool-limit", item])
     message = refused(_daemon_flags(args), {})
-    assert f"flag --tool-limit {item}: {setting.name} = " in message
+    assert f"flag --tool-limit {tool}.{setting.name}: {setting.name} = {text!r}" in message
 
 
 # --- real runs -----------------------------------------------------------------------------

@@ -388,11 +388,14 @@ class _Layers:
 
     def tool_limit(self, item: str) -> None:
         """``--tool-limit TOOL.NAME=VALUE``."""
-        source = f"flag --tool-limit {item}"
-        match = re.fullmatch(r"([^.=\s]+)\.([^=\s]+)=(.*)", item.strip())
-        if match is None:
-            raise ConfigError(f"{source}: expected TOOL.LIMIT=VALUE (bash.wall_seconds=600)")
+        match = re.fullmatch(r"([^.=\s]+)\.([^=\s]+)=(.*)", item.strip(), re.DOTALL)
+        if match is None or not (match[1] + match[2]).isprintable():
+            raise ConfigError(
+                f"flag --tool-limit {item!r}: expected TOOL.LIMIT=VALUE (bash.wall_seconds=600)"
+            )
         tool, name, text = match.groups()
+        # The value is shown quoted by ``limit``; the source names the tool and the limit.
+        source = f"flag --tool-limit {tool}.{name}"
         self.limit(self.tool_limits.setdefault(tool, {}), name, text, source, text=True)
 
 
