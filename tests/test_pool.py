@@ -138,7 +138,7 @@ async def test_pool_statistics_and_repr(make_pool: PoolFactory, workspace: Path)
 async def test_D2_pool_grows_to_its_maximum_and_queues_beyond(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
-    pool = await make_pool(min_workers=1, max_workers=2)
+    pool = await make_pool(min_workers=1, max_workers=2, hold_calls=False)
     coordinator = coordinator_on(pool)
     session = coordinator.open_session(workspace)
     turn = coordinator.submit(
@@ -438,7 +438,7 @@ async def test_D4_term_ignoring_tool_is_killed_after_the_grace_period(
 async def test_D4_cancel_while_waiting_for_a_worker_never_runs_the_call(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
-    pool = await make_pool(min_workers=1, max_workers=1)
+    pool = await make_pool(min_workers=1, max_workers=1, hold_calls=False)
     coordinator = coordinator_on(pool)
     first = coordinator.open_session(workspace)
     second = coordinator.open_session(workspace)
@@ -456,7 +456,7 @@ async def test_D4_cancel_while_waiting_for_a_worker_never_runs_the_call(
 async def test_D2_a_cancelled_waiter_leaves_the_queue_and_the_worker_serves_others(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
-    pool = await make_pool(min_workers=1, max_workers=1)
+    pool = await make_pool(min_workers=1, max_workers=1, hold_calls=False)
     coordinator = coordinator_on(pool)
     busy = coordinator.submit(
         coordinator.open_session(workspace), [ToolCall("a", "chore", {"seconds": 0.5})]

@@ -86,6 +86,35 @@ def _wait_for_file(path: Path, timeout: float) -> str:
     return f"{path.name} appeared"
 
 
+@tool(read_only=True, interrupt_behavior="cancel")
+def marked_nap(name: str, seconds: float, ctx: ToolContext) -> str:
+    """Leave a mark that it started (``started-NAME`` in the workspace, appended to
+    each time), then sleep: a test sees whether, and how often, a call ran.
+
+    Args:
+        name: The mark's name.
+        seconds: How long to sleep.
+    """
+    with (ctx.workspace / f"started-{name}").open("a") as mark:
+        mark.write("x")
+    time.sleep(seconds)
+    return f"{name} slept"
+
+
+@tool(read_only=True, interrupt_behavior="cancel")
+def exit_when(name: str, ctx: ToolContext) -> str:
+    """Wait until the file ``name`` exists in the workspace, then exit the worker
+    process outright (a crash under the call, at a moment the test picks)."""
+    _wait_for_file(ctx.workspace / name, 30)
+    os._exit(3)
+
+
+@tool(read_only=True)
+def vanish() -> str:
+    """End the worker process outright, as a read-only tool may (a crash in C code)."""
+    os._exit(3)
+
+
 @tool(read_only=True, interrupt_behavior="block")
 def chore(seconds: float) -> str:
     """Sleep, then answer (block-behaviour)."""

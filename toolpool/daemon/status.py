@@ -63,6 +63,7 @@ def daemon_status(
         workers = pool.statistics()
         status["workers"] = workers.workers
         status["queued_calls"] = workers.queued
+        status["held_calls"] = workers.held
         status["workers_started"] = workers.started
         status["workers_replaced"] = workers.replaced
         status["replacement_ms"] = workers.replacement_ms

@@ -1,20 +1,18 @@
 """How a call on a worker ends: its result, the worker's end under it, or — cancelled
-or past its wall time — the cancel signal, ``cancel_grace`` seconds for an answer,
-and the kill; and what each ending means for the worker's next call (``CallEnd``).
+or past its wall time — a ``Cancel`` (the worker raises the cancel signal for that
+call), ``cancel_grace`` seconds for an answer, and the kill; a held call may also be
+given back; and what each ending means for the worker's next call (``CallEnd``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 
 from toolpool.cancel import CancelToken
 from toolpool.pool.planner import CallEnd
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.workers import Escalation, Flight, OutcomeStatus, PoolOutcome, Worker
-from toolpool.protocol import Result
+from toolpool.protocol import Cancel, Result
 from toolpool.sandbox.limits import Limits
 
 
@@ -25,38 +23,56 @@ async def await_call(
     limits: Limits,
     cancel_grace: float,
     processes: WorkerProcesses,
-) -> tuple[PoolOutcome, bool]:
-    """The call's outcome, and whether the worker had to be told to stop it."""
+) -> tuple[PoolOutcome, bool] | None:
+    """The call's outcome, and whether the worker had to be told to stop it; None
+    when the call never ran there and should run elsewhere: the worker gave it back,
+    or died while it was held (only read-only calls are held: it may have started)."""
     # One future, woken by whichever comes first: the result, the worker's end,
-    # a cancel, or the wall time (callbacks, not a task per call: many may wait).
+    # a cancel, the wall time, the call's promotion or withdrawal (callbacks, not a
+    # task per call: many may wait).
     fire = flight.fire
     worker.exited.add_done_callback(fire)
     try:
         untrack = token.on_cancel(fire)
-        timer = asyncio.get_running_loop().call_later(limits.wall_seconds, fire)
         try:
-            await flight.wake
+            while flight.held and not (flight.is_withdrawn() or worker.exited.done()):
+                if token.requested and not flight.cancel_sent:
+                    _cancel(worker, flight, processes)
+                await flight.wake
+                flight.rearm()
+            if flight.is_withdrawn() or (flight.held and worker.exited.done()):
+                return _unstarted(token)
+            # It runs: its wall time counts from now.
+            timer = asyncio.get_running_loop().call_later(limits.wall_seconds, fire)
+            try:
+                if flight.result is None and not token.requested:
+                    await flight.wake
+            finally:
+                timer.cancel()
         finally:
-            timer.cancel()
             untrack()
         if flight.result is not None:
             return answered(worker, flight.result), False
+        if flight.is_withdrawn():  # the call before it left the worker unfit, or a cancel
+            return _unstarted(token)
         if worker.exited.done():
             return lost(worker, limits), False
-        # Cancelled, or past its wall time: SIGTERM is the cancel signal, which the
-        # worker turns into a cancel of the tool (D4); it has ``cancel_grace`` seconds
-        # to answer (its result or its end wakes the flight again) before it is ended.
+        # Cancelled, or past its wall time: a Cancel, which the worker turns into the
+        # cancel signal for this call (D4); it has ``cancel_grace`` seconds to answer
+        # (its result or its end wakes the flight again) before it is ended.
         past_wall_time = not token.requested
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGTERM)
+        if not flight.cancel_sent:
+            _cancel(worker, flight, processes)
         flight.rearm()
-        if flight.result is None and not worker.exited.done():
+        if flight.result is None and not flight.is_withdrawn() and not worker.exited.done():
             await asyncio.wait({flight.wake}, timeout=cancel_grace)
     finally:
         worker.exited.remove_done_callback(fire)
     late = flight.answered()  # a method: what the worker sent meanwhile
     if late is not None:
         outcome = answered(worker, late, Escalation.ANSWERED)
+    elif flight.is_withdrawn():  # the Cancel reached it before it started
+        return _unstarted(token)
     elif worker.exited.done():
         return lost(worker, limits), True
     else:
@@ -69,6 +85,18 @@ async def await_call(
             worker_pid=worker.pid,
         )
     return (overran(outcome, limits) if past_wall_time else outcome), True
+
+
+def _unstarted(token: CancelToken) -> tuple[PoolOutcome, bool] | None:
+    """A call that never started at this worker: cancelled, or to run elsewhere."""
+    return (PoolOutcome(OutcomeStatus.UNSTARTED), False) if token.requested else None
+
+
+def _cancel(worker: Worker, flight: Flight, processes: WorkerProcesses) -> None:
+    """Tell the worker to stop this call, whether it runs it or holds it: on its
+    control line, by ticket — never a signal that could reach the call after it."""
+    flight.cancel_sent = True
+    processes.send(worker, Cancel(flight.ticket), control=True)
 
 
 def answered(worker: Worker, result: Result, escalation: Escalation | None = None) -> PoolOutcome:

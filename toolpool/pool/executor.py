@@ -65,13 +65,22 @@ class PoolExecutor:
             allow_network=network,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
         )
-        message = Execute(call.id, call.name, call.arguments, context, limits.to_dict(), stamps)
+        message = Execute(
+            call.id,
+            call.name,
+            call.arguments,
+            context,
+            limits.to_dict(),
+            stamps,
+            self.pool.ticket(),
+        )
         outcome = await self.pool.run(
             message,
             network=network,
             token=ctx.cancel_token,
             on_progress=ctx.progress,
             limits=limits,
+            holdable=spec.read_only(call.arguments),
         )
         apply_changes(ctx.files, outcome.stamps)
         return self._result(call, outcome, ctx.cancel_token)

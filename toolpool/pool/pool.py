@@ -25,6 +25,7 @@ ones (SPEC L1, ``supervisor.py``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -32,6 +33,7 @@ from typing import Any
 
 from toolpool.cancel import CancelToken
 from toolpool.pool.calls import await_call, call_end
+from toolpool.pool.calls import lost as lost_outcome
 from toolpool.pool.planner import (
     Action,
     CallEnd,
@@ -55,11 +57,15 @@ from toolpool.pool.workers import (
     Worker,
     WorkerState,
 )
-from toolpool.protocol import Execute, Shutdown
+from toolpool.protocol import Cancel, Execute, Shutdown
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
 
 log = logging.getLogger("toolpool.pool")
+
+# How often a read-only call runs again after a worker's death left it unknown whether
+# it ran (SPEC H4): a call that crashes every worker it runs on ends worker_lost.
+HOLD_RETRIES = 2
 
 
 class WorkerPool(Supervisor):
@@ -76,6 +82,10 @@ class WorkerPool(Supervisor):
             True: deque(),
         }
         self._broken: str | None = None  # why no zygote can be started any more
+        # Waiters that may be held at a busy worker: their cgroup limits.
+        self._holdable: dict[asyncio.Future[Worker | None], tuple[int, int]] = {}
+        self._holding = self.config.hold_calls
+        self._tickets = itertools.count(1)
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -132,6 +142,10 @@ class WorkerPool(Supervisor):
 
     # -- running a call ----------------------------------------------------------------
 
+    def ticket(self) -> int:
+        """A new call's number, unique in the pool (``Execute.ticket``)."""
+        return next(self._tickets)
+
     async def run(
         self,
         execute: Execute,
@@ -140,47 +154,173 @@ class WorkerPool(Supervisor):
         token: CancelToken,
         on_progress: Callable[[Any], None],
         limits: Limits,
+        holdable: bool = False,
     ) -> PoolOutcome:
         """Run ``execute`` on a worker; every way it can end is an outcome, not an
-        exception (PoolError only when the pool itself cannot work)."""
+        exception (PoolError only when the pool itself cannot work). ``holdable``: the
+        call may be held at a busy worker (it is read-only: should that worker die
+        before the call is known to have started, it runs again elsewhere)."""
         offline = self._offline_default and not network
-        worker = await self._acquire(offline, token)
-        if worker is None:
-            return PoolOutcome(OutcomeStatus.UNSTARTED)
-        wake = asyncio.get_running_loop().create_future()
-        flight = Flight(execute.call_id, on_progress, wake, execute.context, limits)
-        worker.flight = flight
-        self._counts["calls"] += 1
-        end = CallEnd()
-        try:
-            self.processes.apply_limits(worker, limits)
-            self.processes.send(worker, execute)
-            outcome, stopped = await await_call(
-                worker, flight, token, limits, self.config.cancel_grace, self.processes
+        hold = (limits.memory_bytes, limits.processes) if holdable and self._holding else None
+        # Runs elsewhere after a worker's death that leaves it unknown whether the call
+        # ran (held, or with a call held behind it): read-only calls only, and this often.
+        retries = HOLD_RETRIES
+        while True:
+            worker = await self._acquire(offline, token, hold)
+            if worker is None:
+                return PoolOutcome(OutcomeStatus.UNSTARTED)
+            wake = asyncio.get_running_loop().create_future()
+            flight = Flight(
+                execute.call_id,
+                on_progress,
+                wake,
+                execute.context,
+                limits,
+                ticket=execute.ticket,
+                held=bool(worker.flights),
+                holdable=holdable,
             )
-            end = call_end(outcome, stopped)
-            return outcome
-        finally:
-            worker.flight = None
-            worker.calls += 1
+            if flight.held:
+                worker.flights[0].behind = True
+            worker.flights.append(flight)
+            ran = False
+            end = CallEnd()
+            try:
+                if not flight.held:
+                    self.processes.apply_limits(worker, limits)
+                self.processes.send(worker, execute)
+                ended = await await_call(
+                    worker, flight, token, limits, self.config.cancel_grace, self.processes
+                )
+                lost = ended is not None and ended[0].status is OutcomeStatus.LOST
+                in_doubt = (ended is None and worker.exited.done()) or (lost and flight.behind)
+                if in_doubt and retries and not token.requested:
+                    retries -= 1
+                    log.info("running %s again: its worker died, not known when", flight.call_id)
+                    continue
+                if ended is None:
+                    if not worker.exited.done():
+                        continue  # given back unstarted: run it elsewhere
+                    ended = lost_outcome(worker, limits), False
+                ran = True
+                outcome, stopped = ended
+                end = call_end(outcome, stopped)
+                return outcome
+            finally:
+                if flight in worker.flights:
+                    worker.flights.remove(flight)
+                worker.assigned -= 1
+                if ran:
+                    self._counts["calls"] += 1
+                    worker.calls += 1
+                    self._after_call(worker, end)
+                elif not worker.assigned:
+                    self._release(worker)
+
+    def _after_call(self, worker: Worker, end: CallEnd) -> None:
+        """A call on the worker ended: retire or release it — or, when another call
+        has it still (held, now running), retire it after that one, or offer its free
+        place to a waiter."""
+        if not worker.assigned:
             self._perform(self.planner.after_call(self._state(), worker.id, end))
+            return
+        reason = self.planner.retire_reason(worker, end)
+        if reason is not None:
+            self._perform(self.planner.retire(self._state(), worker.id, reason))
+        else:
+            self._offer_place(worker)
+
+    def _take(self, worker: Worker) -> Worker:
+        """``worker`` is given to a call."""
+        worker.state = WorkerState.BUSY
+        worker.assigned += 1
+        return worker
+
+    def _untake(self, worker: Worker) -> None:
+        """A call given ``worker`` will not run there after all."""
+        worker.assigned -= 1
+        if not worker.assigned:
+            self._release(worker)
+
+    # -- holding calls at busy workers (SPEC H4) ------------------------------------------
+
+    def _can_hold(self, worker: Worker, hold: tuple[int, int]) -> bool:
+        """Whether ``worker`` may take a call to hold behind its running one: it runs
+        one, which no cancel has reached; it will not be recycled before the held
+        call runs; and its cgroup already has the held call's limits."""
+        return (
+            worker.state is WorkerState.BUSY
+            and worker.assigned == 1
+            and len(worker.flights) == 1
+            and worker.flights[0].holdable  # it too may run again, should the held one crash
+            and not worker.flights[0].cancel_sent
+            and worker.kill_reason is None
+            and worker.calls + 1 < self.config.max_calls_per_worker
+            and (worker.cgroup is None or worker.cgroup_limits == hold)
+        )
+
+    def _holder(self, offline: bool, hold: tuple[int, int]) -> Worker | None:
+        """A busy worker of this kind to hold the call, when the pool is at its
+        maximum (else a new worker is the better place) and no worker of the kind is
+        starting."""
+        live = [w for w in self._workers.values() if w.state is not WorkerState.DEAD]
+        if len([w for w in live if w.state is not WorkerState.RETIRING]) < self.config.max_workers:
+            return None
+        if any(w.state is WorkerState.STARTING and w.offline == offline for w in live):
+            return None
+        for worker in live:
+            if worker.offline == offline and self._can_hold(worker, hold):
+                return worker
+        return None
+
+    def _offer_place(self, worker: Worker) -> None:
+        """The worker's held call became its running one: the first waiter of its kind
+        that may be held there gets the place."""
+        waiters = self._waiters[worker.offline]
+        for future in waiters:
+            hold = self._holdable.get(future)
+            if hold is not None and self._can_hold(worker, hold):
+                waiters.remove(future)
+                future.set_result(self._take(worker))
+                return
+
+    def _recall_held(self, idle: Worker) -> None:
+        """``idle`` has nothing to do while a call is held behind a running one
+        elsewhere: that worker is asked to give it back (``Cancel`` with
+        ``running=False``), to run here."""
+        for worker in self._workers.values():
+            if worker is idle or worker.offline != idle.offline or len(worker.flights) < 2:
+                continue
+            held = worker.flights[1]
+            if held.held and not held.recalled and not held.cancel_sent:
+                held.recalled = True
+                self.processes.send(worker, Cancel(held.ticket, running=False), control=True)
+                return
 
     # -- workers ------------------------------------------------------------------------
 
-    async def _acquire(self, offline: bool, token: CancelToken) -> Worker | None:
-        """An idle worker of the right kind, waiting for one if need be; None when
-        the token fires first."""
+    async def _acquire(
+        self, offline: bool, token: CancelToken, hold: tuple[int, int] | None = None
+    ) -> Worker | None:
+        """An idle worker of the right kind — or, for a call that may be held (its
+        cgroup limits: ``hold``), a busy one to hold it — waiting for one if need be;
+        None when the token fires first."""
         if not self._open:
             raise PoolError("the pool is not running")
         if self._broken is not None:
             raise PoolError(self._broken)
         idle = self.planner.idle_worker(self._state(), offline)
         if idle is not None:
-            self._workers[idle].state = WorkerState.BUSY
-            return self._workers[idle]
+            return self._take(self._workers[idle])
+        if hold is not None:
+            holder = self._holder(offline, hold)
+            if holder is not None:
+                return self._take(holder)
         future: asyncio.Future[Worker | None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters[offline]
         waiters.append(future)
+        if hold is not None:
+            self._holdable[future] = hold
         self._perform(self.planner.grow(self._state(), offline))
 
         def give_up(_: object) -> None:
@@ -197,14 +337,16 @@ class WorkerPool(Supervisor):
             elif future.exception() is None:
                 given = future.result()
                 if given is not None:
-                    self._release(given)  # handed over just as our task was cancelled
+                    self._untake(given)  # handed over just as our task was cancelled
             raise
         finally:
             untrack()
+            self._holdable.pop(future, None)
         if worker is not None and worker.state is WorkerState.DEAD:
-            return await self._acquire(offline, token)  # lost with its zygote meanwhile
+            worker.assigned -= 1
+            return await self._acquire(offline, token, hold)  # lost with its zygote meanwhile
         if worker is not None and token.requested:
-            self._release(worker)
+            self._untake(worker)
             return None
         return worker
 
@@ -237,10 +379,11 @@ class WorkerPool(Supervisor):
                     self.processes.send(worker, Shutdown("retired"))
                 case HandOver(worker_id=worker_id):
                     worker = self._workers[worker_id]
-                    worker.state = WorkerState.BUSY
-                    self._waiters[worker.offline].popleft().set_result(worker)
+                    self._waiters[worker.offline].popleft().set_result(self._take(worker))
                 case Idle(worker_id=worker_id):
-                    self._workers[worker_id].state = WorkerState.IDLE
+                    worker = self._workers[worker_id]
+                    worker.state = WorkerState.IDLE
+                    self._recall_held(worker)
                 case FailWaiters(reason=reason):
                     self._fail_waiters(reason)
                 case ReplaceZygote(reason=reason, delay=delay):
@@ -267,6 +410,7 @@ class WorkerPool(Supervisor):
         return PoolStatistics(
             workers=states,
             queued=sum(len(waiters) for waiters in self._waiters.values()),
+            held=sum(1 for w in self._workers.values() for flight in w.flights if flight.held),
             started=self._counts["started"],
             replaced=self._counts["replaced"],
             calls=self._counts["calls"],

@@ -39,11 +39,14 @@ from toolpool.sandbox.terminate import (
     Together,
     terminate,
 )
+from toolpool.worker.channel import CONTROL_SUFFIX
 from toolpool.worker.main import WorkerConfig
 from toolpool.zmqloop import LoopSocket
 
 # sizeof(sockaddr_un.sun_path) on Linux, less its terminating NUL.
 SOCKET_PATH_MAX = 107
+# A worker's connections to the pool's socket: its calls' line and its control line.
+CONNECTIONS_PER_WORKER = 2
 
 log = logging.getLogger("toolpool.pool")
 
@@ -70,7 +73,7 @@ class WorkerProcesses:
         self._guard: PeerGuard | None = None
         self._runtime_dir: Path | None = None
         self._owns_runtime_dir = False
-        self._connected: set[int] = set()  # worker pids that have connected
+        self._connected: dict[int, int] = {}  # worker pid → connections it made
 
     async def open(self) -> None:
         """Probe the sandbox, open the socket and start the zygote."""
@@ -102,9 +105,9 @@ class WorkerProcesses:
             self.config.policy, hidden=(*self.config.policy.hidden, str(self._runtime_dir))
         )
         self._context = zmq.Context()
-        # Only a worker, and only once, may connect: a Python tool that opens a
-        # second connection cannot pose as a worker that has not yet connected and
-        # be handed other sessions' calls (X2).
+        # Only a worker, and only with its two lines (calls and control), may
+        # connect: a Python tool that opens another connection cannot pose as a
+        # worker that has not yet connected and be handed other sessions' calls (X2).
         self._guard = PeerGuard(
             self._context, lambda pid: not self._admits(pid), "a process that is no new worker"
         )
@@ -237,7 +240,7 @@ class WorkerProcesses:
 
     def exited(self, pid: int) -> None:
         """A worker's process is gone: its pid may come back as a new worker."""
-        self._connected.discard(pid)
+        self._connected.pop(pid, None)
 
     def forget(self, worker: Worker) -> None:
         """End what is left in the worker's cgroup and remove it."""
@@ -245,13 +248,16 @@ class WorkerProcesses:
             worker.cgroup.kill_all()
             worker.cgroup.remove()
 
-    def send(self, worker: Worker, message: Message) -> None:
+    def send(self, worker: Worker, message: Message, *, control: bool = False) -> None:
+        """Send ``message`` to the worker, on its control line when ``control``
+        (``Cancel``: its I/O thread reads that one at once, even while a call runs)."""
         if self._router is None or worker.state is WorkerState.DEAD:
             return
+        identity = worker.id + CONTROL_SUFFIX if control else worker.id
         try:
-            self._router.send([worker.id.encode(), encode(message)])
+            self._router.send([identity.encode(), encode(message)])
         except zmq.ZMQError as exc:  # EHOSTUNREACH: it has not connected, or has gone
-            log.info("could not send %s to %s: %s", message.type.value, worker.id, exc)
+            log.info("could not send %s to %s: %s", message.type.value, identity, exc)
 
     async def terminate(
         self, workers: Iterable[Worker], reason: str, *, grace: float = 0
@@ -283,15 +289,17 @@ class WorkerProcesses:
 
     def _admits(self, pid: int) -> bool:
         """Whether a connection from ``pid`` may speak to the workers' socket: a child
-        of our zygote that has not connected before (called from the ZAP thread)."""
-        if pid in self._connected or self.zygote_pid is None:
+        of our zygote that has not yet made both its connections (called from the ZAP
+        thread)."""
+        made = self._connected.get(pid, 0)
+        if made >= CONNECTIONS_PER_WORKER or self.zygote_pid is None:
             return False
         try:
             if psutil.Process(pid).ppid() != self.zygote_pid:
                 return False
         except psutil.Error:
             return False
-        self._connected.add(pid)
+        self._connected[pid] = made + 1
         return True
 
     def confines(self, pid: int) -> bool:

@@ -49,8 +49,10 @@ from toolpool.protocol import (
     Result,
     ShellRequest,
     Shutdown,
+    Withdrawn,
     decode,
 )
+from toolpool.worker.channel import CONTROL_SUFFIX
 from toolpool.worker.main import WorkerConfig
 
 log = logging.getLogger("toolpool.pool")
@@ -141,6 +143,9 @@ class Supervisor:
                 worker, f"it speaks protocol {message.version}, not {PROTOCOL_VERSION}"
             )
             return
+        worker.lines_ready += 1
+        if worker.lines_ready != 2:
+            return  # its other line (calls, control) has not spoken yet
         worker.ready_at = time.monotonic()
         if worker.replaces_exit_at is not None:
             self._replacement_ms.append((worker.ready_at - worker.replaces_exit_at) * 1000)
@@ -257,7 +262,9 @@ class Supervisor:
             log.warning("dropped a message of %d frames", len(frames))
             return
         identity, payload = frames
-        worker = self._workers.get(identity.decode(errors="replace"))
+        name = identity.decode(errors="replace")
+        control = name.endswith(CONTROL_SUFFIX)
+        worker = self._workers.get(name.removesuffix(CONTROL_SUFFIX) if control else name)
         try:
             message = decode(payload)
         except ProtocolError as exc:
@@ -269,7 +276,10 @@ class Supervisor:
         self._dispatch(worker, message)
 
     def _dispatch(self, worker: Worker, message: Message) -> None:
-        flight = worker.flight
+        # The worker runs its calls in order, and its messages come in order: the
+        # first flight is the one a Progress, Result or ShellRequest is from.
+        flights = worker.flights
+        flight = flights[0] if flights else None
         match message:
             case Ready():
                 self._on_ready(worker, message)
@@ -278,7 +288,15 @@ class Supervisor:
             case Progress() if flight is not None and flight.call_id == message.call_id:
                 flight.on_progress(message.data)
             case Result() if flight is not None and flight.call_id == message.call_id:
+                flights.popleft()
                 flight.answer(message)
+                if flights:
+                    flights[0].promote()  # it started as this one ended
+            case Withdrawn():
+                taken = next((f for f in flights if f.ticket == message.ticket), None)
+                if taken is not None:
+                    flights.remove(taken)
+                    taken.give_back()
             case ShellRequest() if flight is not None and flight.call_id == message.call_id:
                 self._in_background(self._answer_shell(worker, flight, message))
             case _:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -45,6 +46,9 @@ class PoolConfig:
     spawn_timeout: float = 10.0
     policy: Policy = field(default_factory=Policy.default)  # what confined code may see
     background_wall_seconds: float = 3600.0  # how long a background shell may run
+    # A busy worker may hold the next read-only call behind the one it runs, once the
+    # pool is at max_workers: it starts it without waiting for the pool (SPEC H4).
+    hold_calls: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:
@@ -81,8 +85,10 @@ class WorkerExit:
 @dataclass(slots=True, eq=False)
 class Flight:
     """A call on a worker. ``wake`` is the one future its waiter sleeps on, woken by
-    whichever comes first: its result, its worker's end, a cancel or its wall time.
-    ``context`` and ``limits`` are the call's: a background shell it starts gets them."""
+    whichever comes first: its result, its worker's end, a cancel, its wall time — and,
+    for a held call (sent ahead, behind the worker's running call), its promotion or
+    its withdrawal. ``context`` and ``limits`` are the call's: a background shell it
+    starts gets them. ``ticket`` is the pool's number for the call (``Cancel``)."""
 
     call_id: str
     on_progress: Callable[[Any], None]
@@ -90,6 +96,15 @@ class Flight:
     context: CallContext | None = None
     limits: Limits | None = None
     result: Result | None = None
+    ticket: int = 0
+    held: bool = False  # behind the worker's running call, as far as the pool knows
+    withdrawn: bool = False  # the worker gave it back, never started
+    cancel_sent: bool = False  # a Cancel for it went out
+    recalled: bool = False  # asked back (Cancel running=False) for an idle worker
+    holdable: bool = False  # read-only: it may be held, and run again when in doubt
+    # A call was held behind it: should the worker die, that one may have crashed it
+    # after this one's Result was sent but before it left the process.
+    behind: bool = False
 
     def answer(self, result: Result) -> None:
         """The worker's Result (the first one counts)."""
@@ -99,6 +114,20 @@ class Flight:
 
     def answered(self) -> Result | None:
         return self.result
+
+    def promote(self) -> None:
+        """The call ahead of it ended: the worker runs this one now."""
+        self.held = False
+        self.fire()
+
+    def is_withdrawn(self) -> bool:
+        """A method, not the field: a waiter reads it anew after each wait."""
+        return self.withdrawn
+
+    def give_back(self) -> None:
+        """The worker withdrew it: it never started."""
+        self.withdrawn = True
+        self.fire()
 
     def fire(self, *_: object) -> None:
         if not self.wake.done():
@@ -122,13 +151,23 @@ class Worker:
     calls: int = 0
     rss: int = 0
     last_seen: float = field(default_factory=time.monotonic)
-    flight: Flight | None = None
+    # Its calls, in the order it runs them: the first runs, one more may be held.
+    flights: deque[Flight] = field(default_factory=deque)
+    lines_ready: int = 0  # Ready heard on its call line and its control line
+    # Calls given this worker and not yet over (a flight leaves ``flights`` when its
+    # Result comes, before its waiter is done): it is released when none is left.
+    assigned: int = 0
     kill_reason: str | None = None
     oom_baseline: int = 0
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
+
+    @property
+    def flight(self) -> Flight | None:
+        """The call it runs, as far as the pool knows."""
+        return self.flights[0] if self.flights else None
 
 
 class OutcomeStatus(StrEnum):
@@ -167,6 +206,7 @@ class PoolOutcome:
 class PoolStatistics:
     workers: dict[str, int]
     queued: int
+    held: int  # calls sent ahead to a busy worker, behind its running one (SPEC H4)
     started: int
     replaced: int
     calls: int

@@ -70,6 +70,7 @@ from toolpool.protocol.messages import MESSAGE_CLASSES, Message
 from toolpool.protocol.wire import (
     CallContext,
     CallStatus,
+    Cancel,
     Execute,
     Exited,
     Heartbeat,
@@ -82,6 +83,7 @@ from toolpool.protocol.wire import (
     Shutdown,
     Spawn,
     Spawned,
+    Withdrawn,
 )
 
 __all__ = [
@@ -100,6 +102,7 @@ __all__ = [
     "Bye",
     "CallContext",
     "CallStatus",
+    "Cancel",
     "CancelCall",
     "Chunk",
     "CloseSession",
@@ -140,6 +143,7 @@ __all__ = [
     "Tools",
     "TurnEvent",
     "Welcome",
+    "Withdrawn",
     "chunked",
     "decode",
     "encode",

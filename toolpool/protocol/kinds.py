@@ -40,6 +40,8 @@ class MessageType(StrEnum):
     SHUTDOWN = "shutdown"
     SHELL_REQUEST = "shell_request"
     SHELL_REPLY = "shell_reply"
+    CANCEL = "cancel"
+    WITHDRAWN = "withdrawn"
     # pool ⇄ zygote
     SPAWN = "spawn"
     SPAWNED = "spawned"

@@ -38,6 +38,7 @@ from toolpool.protocol.client import (
 from toolpool.protocol.fields import Struct, struct
 from toolpool.protocol.kinds import MessageType
 from toolpool.protocol.wire import (
+    Cancel,
     Execute,
     Exited,
     Heartbeat,
@@ -49,6 +50,7 @@ from toolpool.protocol.wire import (
     Shutdown,
     Spawn,
     Spawned,
+    Withdrawn,
 )
 
 Message: TypeAlias = (
@@ -61,6 +63,8 @@ Message: TypeAlias = (
     | Shutdown
     | ShellRequest
     | ShellReply
+    | Cancel
+    | Withdrawn
     | Spawn
     | Spawned
     | Exited

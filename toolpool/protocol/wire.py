@@ -51,12 +51,17 @@ class CallContext:
 
 @dataclass(frozen=True, slots=True)
 class Execute:
-    """Pool → idle worker: run one call.
+    """Pool → worker: run one call — at once when the worker is idle, else (held)
+    after the call it runs.
 
     Answer: any number of ``Progress``, then exactly one ``Result`` with the same
-    ``call_id``. Cancellation is not a message: the pool sends the worker SIGTERM
-    (SPEC D4), and the worker answers with a ``Result`` whose status is "cancelled" —
-    or is killed when it has not answered within the pool's ``cancel_grace``.
+    ``call_id``; or, for a held call that never started, ``Withdrawn``. A worker runs
+    its calls in the order they came, so results come in that order. A cancel is a
+    ``Cancel`` naming the ``ticket`` (the pool's number for this call, unique in the
+    pool: call ids are the model's, and two sessions may use the same); for the
+    running call it becomes SIGTERM in the worker (SPEC D4), and the worker answers
+    with a ``Result`` whose status is "cancelled" — or is killed when it has not
+    answered within the pool's ``cancel_grace``.
 
     ``stamps`` holds the file-read register entries of the files the call names
     (FileTool.file_paths); ``limits`` a ``Limits`` dict.
@@ -69,6 +74,7 @@ class Execute:
     context: CallContext
     limits: dict[str, Any]
     stamps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ticket: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,35 @@ class ShellReply:
     error: str = ""
     start: int = 0
     end: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Pool → worker, on its control line (``Channel``): stop the call whose
+    ``Execute`` had this ``ticket``. No answer but what it causes.
+
+    The call running: the worker's I/O thread raises the cancel signal (SIGTERM) in
+    the main thread for exactly that call — the signal is never sent for a call
+    that is not the one running. The call held (sent ahead while another ran, not
+    started): it never starts, and the worker answers ``Withdrawn``. The call ended
+    already: nothing (its ``Result`` is on its way). ``running=False`` asks only for
+    the held case: the pool takes a call back from behind a long one, for a worker
+    that fell idle.
+    """
+
+    type: ClassVar[MessageType] = MessageType.CANCEL
+    ticket: int
+    running: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """Worker → pool: the call of this ``ticket`` was held, not started, and never
+    will be (a ``Cancel`` took it back, or the call before it left the worker unfit to
+    run another). No answer."""
+
+    type: ClassVar[MessageType] = MessageType.WITHDRAWN
+    ticket: int
 
 
 # --- pool ⇄ zygote --------------------------------------------------------------------

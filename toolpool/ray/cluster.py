@@ -377,7 +377,10 @@ class ToolpoolCluster:
                 continue
             node.daemon = status
             node.sessions = len(status.get("sessions", ()))
-            node.queued_calls = int(status.get("queued_calls", 0))
+            # Calls held at busy workers wait as much as those queued for one.
+            node.queued_calls = int(status.get("queued_calls", 0)) + int(
+                status.get("held_calls", 0)
+            )
             node.placed, node.polled_at, node.error = 0, now, None
 
     def _lose(self, node: _Node, reason: str) -> None:

@@ -11,6 +11,16 @@ threads behind a full memory barrier; the lock is that barrier):
 - a tool that asks the coordinator something (``ask``: a background shell to start,
   read or end) holds the socket until the answer comes, heartbeating and sending
   progress meanwhile itself. Whatever else arrives then waits for ``receive``.
+
+Beside that line, a second DEALER socket, the control line, is the I/O thread's
+alone, idle or busy: it waits on it, so a ``Cancel`` is seen at once, whatever the
+main thread does. The pool may send a worker its next call while the current one
+runs (it waits in the socket: the worker never waits for the pool between calls),
+so a cancel names its call by ``ticket``, and the worker decides, under one lock
+with the main thread's start and end of a call, what it means: the call running —
+the I/O thread raises SIGTERM in the main thread, for that call only (the runner's
+handler checks ``cancel_target``); a call not started — it never will be
+(``Withdrawn``); a call that has ended — nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import itertools
 import logging
 import os
 import queue
-import select
+import signal
 import threading
 import time
 from collections import deque
@@ -28,17 +38,25 @@ from collections import deque
 import zmq
 
 from toolpool.protocol import (
+    Cancel,
     Heartbeat,
     Message,
     ProtocolError,
     Ready,
     ShellReply,
     ShellRequest,
+    Withdrawn,
     decode,
     encode,
 )
 
 log = logging.getLogger(__name__)
+
+# The control line's identity: the worker's id and this.
+CONTROL_SUFFIX = "+control"
+# How many ended calls the worker remembers, so that a late Cancel of one is known for
+# what it is (the pool holds at most two calls at a worker).
+_ENDED_KEPT = 16
 
 
 def _rss() -> int:
@@ -67,11 +85,27 @@ class Channel:
         self._next_beat = 0.0
         self._held: deque[Message] = deque()  # arrived while a tool waited for an answer
         self._requests = itertools.count(1)
-        self._thread = threading.Thread(target=self._serve_busy, name="toolpool-io", daemon=True)
+        self._control = self._context.socket(zmq.DEALER)
+        self._control.setsockopt(zmq.IDENTITY, (worker_id + CONTROL_SUFFIX).encode())
+        self._control.setsockopt(zmq.LINGER, 0)
+        self._control.connect(endpoint)
+        # The calls as a Cancel is decided on (I/O thread) and a call starts and ends
+        # (main thread), by ticket, under one lock.
+        self._calls = threading.Lock()
+        self._running: int | None = None
+        self._ended: deque[int] = deque(maxlen=_ENDED_KEPT)
+        self._withdrawn: set[int] = set()  # taken back before they started
+        # The call the last cancel signal the I/O thread raised is for; the runner's
+        # handler takes it (``take_cancel_target``).
+        self._cancel_target: int | None = None
+        self._main_thread = threading.get_ident()
+        self._thread = threading.Thread(target=self._serve, name="toolpool-io", daemon=True)
 
     def start(self) -> None:
+        ready = encode(Ready(self.worker_id, os.getpid()))
+        self._control.send(ready)  # the pool takes calls to a worker once both are in
         with self._lock:
-            self._socket.send(encode(Ready(self.worker_id, os.getpid())))
+            self._socket.send(ready)
         self._thread.start()
 
     # -- the main thread -----------------------------------------------------------------
@@ -123,18 +157,43 @@ class Channel:
                     continue  # an earlier question's, given up on
                 self._held.append(message)
 
-    def begin_call(self) -> None:
-        """A tool starts: the I/O thread serves the socket until ``end_call``. It is
-        not woken for that: it wakes for progress or at the next heartbeat, so a
-        short call never has it competing for the GIL."""
+    def begin_call(self, ticket: int) -> bool:
+        """The call ``ticket`` is to start: False when a Cancel took it back first (it
+        must not start; ``Withdrawn`` was sent). Else the I/O thread serves the socket
+        until ``end_call``. It is not woken for that: it wakes for progress, a Cancel
+        or the next heartbeat, so a short call never has it competing for the GIL."""
+        with self._calls:
+            if ticket in self._withdrawn:
+                self._withdrawn.discard(ticket)
+                return False
+            self._running = ticket
         self._busy = True
+        return True
 
-    def end_call(self, result: Message) -> None:
+    def end_call(self, ticket: int, result: Message) -> None:
         """The tool is done: send what it reported, then its result."""
+        with self._calls:
+            self._running = None
+            self._ended.append(ticket)
         self._busy = False
         with self._lock:
             self._flush()
             self._socket.send(encode(result))
+
+    def withdraw(self, ticket: int) -> None:
+        """Give back a call without starting it (the call before left the worker
+        unfit for another: the pool retires it and runs the call elsewhere)."""
+        with self._calls:
+            self._withdrawn.discard(ticket)
+            self._ended.append(ticket)
+        with self._lock:
+            self._socket.send(encode(Withdrawn(ticket)))
+
+    def take_cancel_target(self) -> int | None:
+        """The ticket of the call the last cancel signal this worker raised itself is
+        for, once (None: the signal came from outside, such as a pool closing)."""
+        target, self._cancel_target = self._cancel_target, None
+        return target
 
     # -- any thread ----------------------------------------------------------------------
 
@@ -155,26 +214,59 @@ class Channel:
         with self._lock:
             self._flush()
             self._socket.close()
+        self._control.close()
         self._context.term()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     # -- the I/O thread ------------------------------------------------------------------
 
-    def _serve_busy(self) -> None:
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._control, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         while not self._closing:
-            # Idle, it only looks now and then whether a call began (the main thread
+            # Idle, it looks now and then whether a call began (the main thread
             # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress.
+            # Either way a Cancel on the control line wakes it at once.
             due = max(0.0, self._next_beat - time.monotonic())
             wait = due if self._busy else self._interval
-            readable, _, _ = select.select([self._wake_r], [], [], wait)
-            if readable:
+            ready = dict(poller.poll(int(wait * 1000) + 1))
+            if self._wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 65536)
+            if self._control in ready:
+                self._read_control()
             if self._busy and not self._closing:
                 with self._lock:
                     self._flush()
                     self._heartbeat_if_due()
+
+    def _read_control(self) -> None:
+        while True:
+            try:
+                frame = self._control.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            message = _decoded(frame)
+            if isinstance(message, Cancel):
+                self._cancel(message)
+            elif message is not None:
+                log.error("ignored a %s on the control line", message.type.value)
+
+    def _cancel(self, message: Cancel) -> None:
+        """Decide what ``message`` means now, and do it (module docstring)."""
+        ticket = message.ticket
+        with self._calls:
+            if ticket == self._running:
+                if message.running:
+                    self._cancel_target = ticket
+                    signal.pthread_kill(self._main_thread, signal.SIGTERM)
+                return
+            if ticket in self._ended or ticket in self._withdrawn:
+                return
+            self._withdrawn.add(ticket)  # held, or still on its way: it never starts
+        self._control.send(encode(Withdrawn(ticket)))
 
     # -- with the lock held ------------------------------------------------------------------
 

@@ -86,8 +86,11 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
         limit_address_space=config.limit_address_space,
         cgroup_procs=config.cgroup_procs,
     )
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idle: SIGTERM only cancels calls
+    runner.arm()  # idle, SIGTERM does nothing: it only cancels calls
     channel.start()
+    # After a call that was cancelled, met a limit or left processes, the pool retires
+    # the worker: a call it sent ahead meanwhile goes back, to run on a fresh one.
+    unfit = False
     try:
         while True:
             message = channel.receive()
@@ -96,7 +99,11 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
             if not isinstance(message, Execute):
                 log.error("worker %s ignored a %s message", config.worker_id, message.type)
                 continue
-            channel.begin_call()
+            if unfit:
+                channel.withdraw(message.ticket)
+                continue
+            if not channel.begin_call(message.ticket):
+                continue  # a Cancel took it back before it started
             try:
                 result = runner.run(message)
             except Cancelled:
@@ -104,7 +111,18 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
                 call = ToolCall(message.call_id, message.tool, message.arguments)
                 cancelled = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
                 result = Result(message.call_id, CallStatus.CANCELLED, cancelled.to_dict())
-            channel.end_call(result)
+            channel.end_call(message.ticket, result)
+            unfit = _leaves_unfit(result)
     finally:
         runner.close()
         channel.close()
+
+
+def _leaves_unfit(result: Result) -> bool:
+    """Whether the pool retires the worker after this call: the planner's
+    ``retire_reason``, as far as the worker can tell."""
+    return (
+        result.status is CallStatus.CANCELLED
+        or result.result.get("error_code") == ErrorCode.LIMIT_EXCEEDED.value
+        or bool(result.usage.get("ended_processes"))
+    )

@@ -69,7 +69,7 @@ class LimitExceeded(BaseException):
 
 @dataclass(slots=True)
 class _Running:
-    call_id: str
+    ticket: int
     loop: asyncio.AbstractEventLoop | None = None
     task: asyncio.Future[Any] | None = None
 
@@ -120,6 +120,7 @@ class Runner:
         self._parsed: tuple[dict[str, Any], Limits] | None = None  # the last limits seen
         self._places: tuple[CallContext, _Places] | None = None  # the last context's paths
         self._running: _Running | None = None
+        self._early_cancel: int | None = None  # a cancel signal raised before the tool ran
         self._call_limits = Limits()
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
@@ -142,8 +143,9 @@ class Runner:
 
     # -- signals -------------------------------------------------------------------
 
-    def _arm(self) -> None:
-        # Checked before every call: a tool may have replaced them in the last one.
+    def arm(self) -> None:
+        """Install the cancel and CPU-limit handlers: at the start, and checked before
+        every call (a tool may have replaced them in the last one)."""
         if _getsignal(signal.SIGTERM) is not self._cancel_handler:
             signal.signal(signal.SIGTERM, self._cancel_handler)
         if _getsignal(signal.SIGXCPU) is not self._cpu_handler:
@@ -163,8 +165,14 @@ class Runner:
 
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
         running = self._running
+        target = self.channel.take_cancel_target()
         if running is None:
-            return  # idle, or the call it was meant for has already ended
+            # Idle; or the call it is for has ended, or is about to start its tool
+            # (``run`` looks at this before it does).
+            self._early_cancel = target
+            return
+        if target is not None and target != running.ticket:
+            return  # raised for a call that has ended since: never another's
         if running.loop is not None and running.task is not None:
             running.loop.call_soon_threadsafe(running.task.cancel)
             return
@@ -208,10 +216,12 @@ class Runner:
             if spec is None:
                 raise LookupError(f'tool "{call.name}" is not loaded in this worker')
             self.limits.apply(limits, me.ru_utime + me.ru_stime)
-            self._arm()
+            self.arm()
             self._watch.begin(limits)
             sys.stdout = sys.stderr = printed
-            self._running = _Running(call.id)
+            self._running = _Running(message.ticket)
+            if self._early_cancel == message.ticket:
+                raise Cancelled(CancelSource.ABORT)
             if spec.is_async:
                 output = self._run_async(spec.execute_fn(call.arguments, ctx))
             else:
