@@ -56,6 +56,7 @@ from toolpool.pool.workers import (
     PoolStatistics,
     Worker,
     WorkerState,
+    drop_flight,
 )
 from toolpool.protocol import Cancel, Execute, Shutdown
 from toolpool.sandbox.limits import Limits
@@ -207,8 +208,7 @@ class WorkerPool(Supervisor):
                 end = call_end(outcome, stopped)
                 return outcome
             finally:
-                if flight in worker.flights:
-                    worker.flights.remove(flight)
+                drop_flight(worker, flight)
                 worker.assigned -= 1
                 if ran:
                     self._counts["calls"] += 1

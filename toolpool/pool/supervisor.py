@@ -36,6 +36,7 @@ from toolpool.pool.workers import (
     Worker,
     WorkerExit,
     WorkerState,
+    drop_flight,
 )
 from toolpool.pool.zygote import ZygoteError
 from toolpool.protocol import (
@@ -295,7 +296,7 @@ class Supervisor:
             case Withdrawn():
                 taken = next((f for f in flights if f.ticket == message.ticket), None)
                 if taken is not None:
-                    flights.remove(taken)
+                    drop_flight(worker, taken)
                     taken.give_back()
             case ShellRequest() if flight is not None and flight.call_id == message.call_id:
                 self._in_background(self._answer_shell(worker, flight, message))

@@ -170,6 +170,18 @@ class Worker:
         return self.flights[0] if self.flights else None
 
 
+def drop_flight(worker: Worker, flight: Flight) -> None:
+    """``flight`` is no longer the worker's (withdrawn, or over without a ``Result``,
+    as when the worker died). Had it been the first of a live worker's, the next is
+    the one the worker runs now: it is promoted, as when a ``Result`` comes."""
+    if flight not in worker.flights:
+        return
+    first = worker.flights[0] is flight
+    worker.flights.remove(flight)
+    if first and worker.flights and worker.flights[0].held and not worker.exited.done():
+        worker.flights[0].promote()
+
+
 class OutcomeStatus(StrEnum):
     """How a call on the pool ended (``PoolOutcome.status``)."""
 
