@@ -12,21 +12,19 @@ runs from its ``tool_start`` to its ``tool_end``; a turn submitted for results o
 (no ``tool_start``) has its call spans start at the end less the worker's wall time.
 
 Without the API, or with no provider set (the API's default proxy), nothing is made
-and a turn costs one check.
+and a turn costs one check. toolpool never imports the API itself: a program that
+set a provider has imported it already (so has OpenTelemetry's auto-instrumentation),
+and one that did not — the daemon, a worker — pays neither its import nor its memory.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from types import ModuleType
 from typing import Any
 
 from toolpool.models import Event, ToolEnd, ToolStart, TurnEnd
-
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace
-except ImportError:  # the otel extra is not installed
-    trace = None  # type: ignore[assignment]
 
 TURN_SPAN = "toolpool.turn"
 
@@ -34,20 +32,24 @@ TURN_SPAN = "toolpool.turn"
 def turn_tracer() -> TurnTracer | None:
     """A tracer for a turn being submitted now, under the current context; None when
     nothing would record it."""
+    trace = sys.modules.get("opentelemetry.trace")
     if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return None
-    return TurnTracer()
+    return TurnTracer(trace)
 
 
 class TurnTracer:
-    """The spans of one turn, fed its events in order."""
+    """The spans of one turn, fed its events in order; ``trace`` is the API's
+    ``opentelemetry.trace`` module."""
 
-    __slots__ = ("_calls", "_parent", "_submitted", "_tracer", "_turn")
+    __slots__ = ("_calls", "_parent", "_submitted", "_trace", "_tracer", "_turn")
 
-    def __init__(self) -> None:
-        assert trace is not None
+    def __init__(self, trace: ModuleType) -> None:
+        from opentelemetry import context  # imported with the trace API already
+
+        self._trace = trace
         self._tracer = trace.get_tracer("toolpool")
-        self._parent = otel_context.get_current()
+        self._parent = context.get_current()
         self._submitted = time.time_ns()
         self._turn: Any = None
         self._calls: dict[str, Any] = {}
@@ -73,10 +75,9 @@ class TurnTracer:
     def _start(self, call_id: str, tool: str, at: int) -> Any:
         if self._turn is None:
             self.begin("", 0)
-        assert trace is not None
         span = self._tracer.start_span(
             f"execute_tool {tool}",
-            context=trace.set_span_in_context(self._turn, self._parent),
+            context=self._trace.set_span_in_context(self._turn, self._parent),
             start_time=at,
             attributes={
                 "gen_ai.operation.name": "execute_tool",
@@ -89,7 +90,7 @@ class TurnTracer:
         return span
 
     def _end(self, event: ToolEnd) -> None:
-        assert trace is not None
+        trace = self._trace
         now = time.time_ns()
         result = event.result
         usage = result.details.get("usage") or {}

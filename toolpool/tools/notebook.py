@@ -17,19 +17,19 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
-
-import nbformat
-from nbformat import v4
-from nbformat.notebooknode import NotebookNode
+from typing import TYPE_CHECKING, Any, cast
 
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, ImageBlock, TextBlock
 from toolpool.tool import Arguments, image_block
+
+if TYPE_CHECKING:
+    from nbformat.notebooknode import NotebookNode
 
 # One output's text past this is cut (a training loop's log…); sources never are.
 MAX_OUTPUT_CHARS = 10_000
@@ -39,12 +39,35 @@ _IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MAX_LISTED_IDS = 50
 
-# nbformat has no type hints: its few functions used here, typed.
-_reads = cast(Callable[[str], Any], nbformat.reader.reads)
-_convert = cast(Callable[[NotebookNode, int], NotebookNode], nbformat.convert)
-_writes = cast(Callable[[NotebookNode], str], v4.writes)
-_new_code_cell = cast(Callable[..., NotebookNode], v4.new_code_cell)
-_new_markdown_cell = cast(Callable[[str], NotebookNode], v4.new_markdown_cell)
+
+@dataclass(frozen=True, slots=True)
+class _Nbformat:
+    """nbformat's few parts used here, typed (it has no type hints)."""
+
+    node: type[NotebookNode]
+    reads: Callable[[str], Any]
+    convert: Callable[[NotebookNode, int], NotebookNode]
+    writes: Callable[[NotebookNode], str]
+    new_code_cell: Callable[..., NotebookNode]
+    new_markdown_cell: Callable[[str], NotebookNode]
+
+
+@functools.cache
+def _nbformat() -> _Nbformat:
+    """nbformat, imported by the first notebook a call reads or edits: with traitlets
+    it is some 50 modules, which every worker would carry otherwise."""
+    import nbformat
+    from nbformat import v4
+    from nbformat.notebooknode import NotebookNode
+
+    return _Nbformat(
+        NotebookNode,
+        cast(Callable[[str], Any], nbformat.reader.reads),
+        cast(Callable[[NotebookNode, int], NotebookNode], nbformat.convert),
+        cast(Callable[[NotebookNode], str], v4.writes),
+        cast(Callable[..., NotebookNode], v4.new_code_cell),
+        cast(Callable[[str], NotebookNode], v4.new_markdown_cell),
+    )
 
 
 def parse(data: bytes) -> NotebookNode:
@@ -52,10 +75,10 @@ def parse(data: bytes) -> NotebookNode:
     ValueError when it is not a notebook."""
     try:
         text = data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
-        nb = _reads(text)
+        nb = _nbformat().reads(text)
     except Exception as exc:  # nbformat raises several kinds for a file that is not one
         raise ValueError(str(exc) or type(exc).__name__) from None
-    if not isinstance(nb, NotebookNode) or not isinstance(nb.get("nbformat"), int):
+    if not isinstance(nb, _nbformat().node) or not isinstance(nb.get("nbformat"), int):
         raise ValueError("it holds no nbformat version")
     return nb
 
@@ -66,7 +89,7 @@ def _as_v4(nb: NotebookNode) -> NotebookNode:
         return nb
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        converted = _convert(nb, 4)
+        converted = _nbformat().convert(nb, 4)
     return converted
 
 
@@ -297,7 +320,7 @@ def plan_notebook_edit(data: bytes, args: Arguments, shown: str) -> NotebookPlan
             nb.cells[index] = cell
             summary = f"Replaced the source of {kind} cell {ids[index]} in {shown}.{cleared}"
     old_text = data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
-    new_text = _writes(nb) + ("\n" if old_text.endswith("\n") else "")
+    new_text = _nbformat().writes(nb) + ("\n" if old_text.endswith("\n") else "")
     return NotebookPlan(old_text, new_text, new_text.encode("utf-8"), summary)
 
 
@@ -313,10 +336,11 @@ def _find(nb: NotebookNode, ids: list[str], wanted: str, shown: str) -> int:
 
 
 def _new_cell(kind: str, source: str, nb: NotebookNode, ids: list[str]) -> NotebookNode:
-    cell: NotebookNode = _new_code_cell(source) if kind == "code" else _new_markdown_cell(source)
+    nbf = _nbformat()
+    cell = nbf.new_code_cell(source) if kind == "code" else nbf.new_markdown_cell(source)
     if not _has_ids(nb):
         del cell["id"]  # not in the schema before 4.5
     else:
         while cell.id in ids:  # random, 8 hex digits: a clash is rare, and refused
-            cell.id = _new_code_cell().id
+            cell.id = nbf.new_code_cell().id
     return cell

@@ -12,10 +12,12 @@ import io
 import logging
 import re
 from dataclasses import dataclass
-
-from pypdf import PasswordType, PdfReader
+from typing import TYPE_CHECKING
 
 from toolpool.errors import ToolError
+
+if TYPE_CHECKING:  # pypdf is imported by the first PDF read: 25 MB a process otherwise
+    from pypdf import PdfReader
 
 DEFAULT_PAGES = 20
 MAX_PAGES = 20
@@ -59,6 +61,8 @@ def pdf_text(data: bytes, shown: str, pages: str | None) -> PdfText:
     """The text of the PDF ``data`` (the file ``shown``), of ``pages`` or the first
     ones; a ToolError for an encrypted or unreadable PDF, or pages past its end."""
     chosen = None if pages is None else page_range(pages)
+    from pypdf import PdfReader
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not _opened(reader):
@@ -113,6 +117,8 @@ def _opened(reader: PdfReader) -> bool:
     """Whether an encrypted PDF opens without a password (many do: only their
     permissions are set)."""
     try:
+        from pypdf import PasswordType
+
         return bool(reader.decrypt("") != PasswordType.NOT_DECRYPTED)
     except Exception:  # an encryption pypdf cannot undo: as good as a password
         return False

@@ -1,7 +1,8 @@
-"""A worker's line to the coordinator: one ZeroMQ DEALER socket, two threads, a lock.
+"""A worker's lines to the coordinator: two ZeroMQ DEALER sockets (its calls' line and
+its control line), two threads, a lock.
 
-The socket is used by one thread at a time (ZeroMQ allows a socket to move between
-threads behind a full memory barrier; the lock is that barrier):
+The calls' line is used by one thread at a time (ZeroMQ allows a socket to move
+between threads behind a full memory barrier; the lock is that barrier):
 
 - idle, the main thread owns it: it waits for the next call on it, heartbeating
   meanwhile, and sends the call's result itself — no thread hop on the call's path;
