@@ -81,6 +81,22 @@ def run(
     )
 
 
+async def held_behind(
+    pool: WorkerPool,
+    workspace: Path,
+    tool: str,
+    arguments: dict[str, Any],
+    token: CancelToken | None = None,
+) -> tuple[asyncio.Future[PoolOutcome], asyncio.Future[PoolOutcome]]:
+    """A call of ``tool`` on the pool's one busy worker, and a ``marked_nap`` named
+    "b" held behind it (``token`` its cancel), once the pool says it holds it."""
+    first = run(pool, workspace, "a", tool, arguments)
+    await until(lambda: pool.statistics().workers["busy"] == 1)
+    held = run(pool, workspace, "b", "marked_nap", {"name": "b", "seconds": 0}, token)
+    await until(lambda: pool.statistics().held == 1)
+    return first, held
+
+
 def marks(workspace: Path, name: str) -> int:
     """How often the call ``name`` (a ``marked_nap``) started."""
     mark = workspace / f"started-{name}"
@@ -97,10 +113,7 @@ async def test_H4_at_its_maximum_a_busy_worker_holds_the_next_read_only_call(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
     pool = await make_pool(min_workers=1, max_workers=1)
-    first = run(pool, workspace, "a", "wait_for", {"name": "go"})
-    await until(lambda: pool.statistics().workers["busy"] == 1)
-    held = run(pool, workspace, "b", "marked_nap", {"name": "b", "seconds": 0})
-    await until(lambda: pool.statistics().held == 1)
+    first, held = await held_behind(pool, workspace, "wait_for", {"name": "go"})
     # A call that may not be held (not read-only) waits for a worker instead.
     queued = run(pool, workspace, "c", "noop", {}, holdable=False)
     await until(lambda: pool.statistics().queued == 1)
@@ -119,11 +132,8 @@ async def test_H4_a_held_call_that_is_cancelled_never_starts(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
     pool = await make_pool(min_workers=1, max_workers=1)
-    first = run(pool, workspace, "a", "wait_for", {"name": "go"})
-    await until(lambda: pool.statistics().workers["busy"] == 1)
     token = CancelToken()
-    held = run(pool, workspace, "b", "marked_nap", {"name": "b", "seconds": 0}, token)
-    await until(lambda: pool.statistics().held == 1)
+    first, held = await held_behind(pool, workspace, "wait_for", {"name": "go"}, token)
     token.cancel(CancelSource.ABORT)
     assert (await held).status is OutcomeStatus.UNSTARTED  # while the call before runs
     assert not first.done()
@@ -180,10 +190,7 @@ async def test_H4_a_held_call_runs_again_elsewhere_when_its_worker_dies(
     make_pool: PoolFactory, workspace: Path
 ) -> None:
     pool = await make_pool(min_workers=1, max_workers=1)
-    doomed = run(pool, workspace, "a", "exit_when", {"name": "boom"})
-    await until(lambda: pool.statistics().workers["busy"] == 1)
-    held = run(pool, workspace, "b", "marked_nap", {"name": "b", "seconds": 0})
-    await until(lambda: pool.statistics().held == 1)
+    doomed, held = await held_behind(pool, workspace, "exit_when", {"name": "boom"})
     (workspace / "boom").touch()
     a, b = await asyncio.gather(doomed, held)
     assert a.status is OutcomeStatus.LOST  # on every worker it ran on (it ran again:

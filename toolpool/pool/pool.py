@@ -210,6 +210,7 @@ class WorkerPool(Supervisor):
             finally:
                 drop_flight(worker, flight)
                 worker.assigned -= 1
+                self._shut_down_when_free(worker)
                 if ran:
                     self._counts["calls"] += 1
                     worker.calls += 1
@@ -229,6 +230,13 @@ class WorkerPool(Supervisor):
             self._perform(self.planner.retire(self._state(), worker.id, reason))
         else:
             self._offer_place(worker)
+
+    def _shut_down_when_free(self, worker: Worker) -> None:
+        """Tell a retiring worker to shut down once no call is given it any more: not
+        while a held call runs there, whose Result the exit could overtake (the
+        zygote reports exits on another channel than the worker's frames)."""
+        if worker.state is WorkerState.RETIRING and not worker.assigned:
+            self.processes.send(worker, Shutdown("retired"))
 
     def _take(self, worker: Worker) -> Worker:
         """``worker`` is given to a call."""
@@ -376,7 +384,7 @@ class WorkerPool(Supervisor):
                     worker = self._workers[worker_id]
                     log.debug("retiring %s: %s", worker_id, reason)
                     worker.state = WorkerState.RETIRING
-                    self.processes.send(worker, Shutdown("retired"))
+                    self._shut_down_when_free(worker)
                 case HandOver(worker_id=worker_id):
                     worker = self._workers[worker_id]
                     self._waiters[worker.offline].popleft().set_result(self._take(worker))
