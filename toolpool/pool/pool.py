@@ -85,7 +85,6 @@ class WorkerPool(Supervisor):
         self._broken: str | None = None  # why no zygote can be started any more
         # Waiters that may be held at a busy worker: their cgroup limits.
         self._holdable: dict[asyncio.Future[Worker | None], tuple[int, int]] = {}
-        self._holding = self.config.hold_calls
         self._tickets = itertools.count(1)
 
     # -- life cycle ------------------------------------------------------------------
@@ -162,7 +161,8 @@ class WorkerPool(Supervisor):
         call may be held at a busy worker (it is read-only: should that worker die
         before the call is known to have started, it runs again elsewhere)."""
         offline = self._offline_default and not network
-        hold = (limits.memory_bytes, limits.processes) if holdable and self._holding else None
+        holding = holdable and self.config.hold_calls
+        hold = (limits.memory_bytes, limits.processes) if holding else None
         # Runs elsewhere after a worker's death that leaves it unknown whether the call
         # ran (held, or with a call held behind it): read-only calls only, and this often.
         retries = HOLD_RETRIES

@@ -164,11 +164,6 @@ class Worker:
     replaces_exit_at: float | None = None  # when the worker it replaces exited
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
 
-    @property
-    def flight(self) -> Flight | None:
-        """The call it runs, as far as the pool knows."""
-        return self.flights[0] if self.flights else None
-
 
 def drop_flight(worker: Worker, flight: Flight) -> None:
     """``flight`` is no longer the worker's (withdrawn, or over without a ``Result``,
