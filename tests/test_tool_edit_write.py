@@ -520,6 +520,72 @@ def test_F9_copies_are_content_addressed_private_and_bounded(
     assert read_copies.load(kept.scratch_dir, content_hash(b"d" * 20)) is None
 
 
+@pytest.mark.spec("F9")
+def test_F9_keeping_a_copy_looks_at_the_others_only_when_the_bound_may_be_passed(
+    workspace: Path, kept: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a process that has not kept a copy yet, counting its looks at the directory
+    assert kept.scratch_dir is not None
+    copies = kept.scratch_dir / read_copies.COPIES_DIR
+    monkeypatch.setattr(read_copies, "_seen", {})
+    looks: list[int] = []
+    evict = read_copies._evict
+
+    def counted(directory: Path) -> int:
+        looks.append(len(list(directory.iterdir())))
+        return evict(directory)
+
+    monkeypatch.setattr(read_copies, "_evict", counted)
+    # When it keeps twenty copies far below the bound
+    for i in range(20):
+        (workspace / f"f{i}").write_text(f"{i}\n" * 100)
+        read_whole(kept, f"f{i}")
+    # Then it looked once, at its first copy, not once per copy
+    assert looks == [1]
+    # And copies another process of the session keeps meanwhile are seen once this
+    # process has kept RESCAN_BYTES since its last look: the bound holds within that
+    monkeypatch.setattr(read_copies, "MAX_COPIES_BYTES", 12_000)
+    monkeypatch.setattr(read_copies, "RESCAN_BYTES", 1_000)
+    others = [copies / content_hash(f"other {i}".encode()) for i in range(10)]
+    for other in others:  # another worker's 10,000 bytes, the least recently kept
+        other.write_bytes(b"x" * 1_000)
+        os.utime(other, ns=(1, 1))
+    for i in range(20, 24):  # 300 bytes each
+        (workspace / f"f{i}").write_text(f"{i}\n" * 100)
+        read_whole(kept, f"f{i}")
+    # f20 looks (5,100 bytes kept since the first look), finds 15,300 and evicts to
+    # 11,300; f21 and f22 fit; f23 would pass 12,000 and looks again
+    assert len(looks) == 3
+    total = sum(p.stat().st_size for p in copies.iterdir())
+    assert total <= read_copies.MAX_COPIES_BYTES
+    left = {p.name for p in copies.iterdir()}
+    mine = {content_hash((workspace / f"f{i}").read_bytes()) for i in range(24)}
+    assert mine <= left  # the most recently kept stay
+    assert sum(other.name in left for other in others) == 5  # the oldest went first
+
+
+@pytest.mark.spec("F9")
+def test_F9_copies_are_kept_again_after_the_directory_was_removed(
+    workspace: Path, kept: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a copy kept, then its directory removed under the process's feet
+    assert kept.scratch_dir is not None
+    monkeypatch.setattr(read_copies, "_seen", {})
+    (workspace / "a").write_text("one\n")
+    read_whole(kept, "a")
+    copies = kept.scratch_dir / read_copies.COPIES_DIR
+    for p in copies.iterdir():
+        p.unlink()
+    copies.rmdir()
+    # When another file is read whole: no error reaches the model, nothing is kept
+    (workspace / "b").write_text("two\n")
+    assert "two" in read_whole(kept, "b")
+    # Then the next whole read makes the directory anew and keeps its copy
+    (workspace / "c").write_text("three\n")
+    read_whole(kept, "c")
+    assert read_copies.load(kept.scratch_dir, content_hash(b"three\n")) == b"three\n"
+
+
 # --- F5: the stamp is renewed ---------------------------------------------------------
 
 

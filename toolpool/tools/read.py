@@ -20,7 +20,7 @@ from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.stamps import check_regular as check_regular  # re-exported
 from toolpool.tools.stamps import read_snapshot as read_snapshot
 from toolpool.tools.suggest import missing_file_message
-from toolpool.tools.text import cut_line, split_lines
+from toolpool.tools.text import MAX_LINE_CHARS, cut_line, split_lines
 from toolpool.tools.tree import list_tree
 
 DEFAULT_LIMIT = 2000
@@ -172,9 +172,12 @@ def _file(
     end = min(offset - 1 + limit, len(lines))
     partial = offset > 1 or end < len(lines)
     record(ctx, path, snapshot, partial=partial)
+    shown_lines = lines[offset - 1 : end]
+    if max(map(len, shown_lines), default=0) > MAX_LINE_CHARS:  # rare: cut only then, line by line
+        shown_lines = [cut_line(line) for line in shown_lines]
+    # A list, not a generator: str.join makes one of a generator first anyway.
     numbered = "\n".join(
-        f"{number:>6}\t{cut_line(line)}"
-        for number, line in enumerate(lines[offset - 1 : end], start=offset)
+        [f"{number:>6}\t{line}" for number, line in enumerate(shown_lines, start=offset)]
     )
     if not partial:
         return [TextBlock(numbered)]

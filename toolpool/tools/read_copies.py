@@ -9,6 +9,14 @@ validates — finds it from the stamp alone. Copies are best effort and bounded:
 over ``MAX_COPY_BYTES`` get none, and past ``MAX_COPIES_BYTES`` the least recently
 kept go first. Without a copy, the refusal falls back to the current content or
 to a plain refusal. The directory goes with the session's scratch (SPEC X8).
+
+Eviction looks at the directory (a stat of every copy) only when the bound may have
+been passed: each process remembers the total it saw at its last look and what it
+kept since, and looks again when that would pass ``MAX_COPIES_BYTES`` or when it
+kept ``RESCAN_BYTES`` since (other processes of the session keep copies too, which
+only a look sees). So the copies of a session stay within ``MAX_COPIES_BYTES`` plus
+at most ``RESCAN_BYTES`` per process keeping them, and a keep costs one write, not
+a scan of every copy the session has.
 """
 
 from __future__ import annotations
@@ -23,6 +31,11 @@ from toolpool.file_reads import content_hash
 COPIES_DIR = "reads"
 MAX_COPY_BYTES = 1024 * 1024
 MAX_COPIES_BYTES = 32 * 1024 * 1024
+RESCAN_BYTES = 4 * 1024 * 1024
+_MAX_DIRECTORIES = 256  # sessions remembered (a worker serves many, one after another)
+
+# Per copies directory: [the total seen at this process's last look, bytes kept since].
+_seen: dict[Path, list[int]] = {}
 
 
 def keep(scratch_dir: Path | None, data: bytes) -> None:
@@ -32,8 +45,10 @@ def keep(scratch_dir: Path | None, data: bytes) -> None:
     directory = scratch_dir / COPIES_DIR
     name = content_hash(data)
     temp: Path | None = None
+    seen = _seen.get(directory)
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if seen is None:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             os.utime(directory / name)  # kept already: now the most recent
             return
@@ -45,8 +60,9 @@ def keep(scratch_dir: Path | None, data: bytes) -> None:
             f.write(data)
         # Renamed whole: a worker reading the copy meanwhile sees all of it or nothing.
         os.replace(temp, directory / name)
-        _evict(directory)
+        _account(directory, seen, len(data))
     except OSError:
+        _seen.pop(directory, None)  # the directory may be gone: make it anew next time
         if temp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -66,8 +82,21 @@ def load(scratch_dir: Path | None, hash_: str) -> bytes | None:
     return data if content_hash(data) == hash_ else None
 
 
-def _evict(directory: Path) -> None:
-    """Remove the least recently kept copies while they hold over MAX_COPIES_BYTES."""
+def _account(directory: Path, seen: list[int] | None, size: int) -> None:
+    """Count a copy of ``size`` bytes just kept; evict when the bound may be passed."""
+    if seen is not None:
+        total, since = seen[0], seen[1] + size
+        if total + since <= MAX_COPIES_BYTES and since < RESCAN_BYTES:
+            seen[1] = since
+            return
+    if seen is None and len(_seen) >= _MAX_DIRECTORIES:
+        del _seen[next(iter(_seen))]  # the longest remembered
+    _seen[directory] = [_evict(directory), 0]
+
+
+def _evict(directory: Path) -> int:
+    """Remove the least recently kept copies while they hold over MAX_COPIES_BYTES;
+    the bytes left."""
     copies = []
     for entry in os.scandir(directory):
         if not entry.name.startswith("."):
@@ -81,3 +110,4 @@ def _evict(directory: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)
             total -= size
+    return total

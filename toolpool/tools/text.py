@@ -26,6 +26,8 @@ def split_lines(text: str) -> list[str]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
+    if "\r" not in text:  # most files: no line has an ending to take off
+        return lines
     return [line.removesuffix("\r") for line in lines]
 
 
