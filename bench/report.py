@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import perfdso
 from bench.format import MiB, num, pcells, times
 from bench.scenarios import scale
 from bench.targets import describe_flood, describe_session_limit, targets
@@ -383,7 +384,8 @@ def cpu_section(cpu: dict[str, Any]) -> list[str]:
             f"| {tool} ({how}) | {num(p['wall_us']['p50'], 1)} | {num(p['wall_us']['p99'], 1)} | "
             f"{num(p['cpu_us']['total'], 1)} |"
         )
-    return lines + profile_section(cpu["profile"])
+    lines += profile_section(cpu["profile"])
+    return lines + libraries_section(cpu.get("libraries"), cpu["batch"]["size"])
 
 
 def profile_section(prof: dict[str, Any], shown: int = 15) -> list[str]:
@@ -412,6 +414,36 @@ def profile_section(prof: dict[str, Any], shown: int = 15) -> list[str]:
         )
         lines.append(f"| {left} | {right} |")
     return lines
+
+
+def libraries_section(libraries: dict[str, Any] | None, size: int) -> list[str]:
+    """The daemon's CPU by shared object (perf), one-call and batched turns side by side."""
+    if libraries is None:  # a run from before it was measured
+        return []
+    lines = ["", "## Daemon CPU by library: perf under no-op turns", ""]
+    one, batch = libraries["one_call"], libraries["batch"]
+    for label, prof in (("one-call turns", one), (f"{size}-call turns", batch)):
+        if "error" in prof:
+            return [*lines, f"No samples of {label}: {prof['error']}."]
+    lines += [
+        f"`perf record -F {one['rate']}` on the daemon for {one['seconds']} s of each load "
+        f"({one['samples']:,} and {batch['samples']:,} samples): percent of the daemon's "
+        "samples by the shared object they fell in. The event loop's own machinery is "
+        "uvloop's loop and asyncio's C tasks; toolpool's Python runs in the interpreter.",
+        "",
+        f"| library | one-call turns % | {size}-call turns % | what it is |",
+        "|---|---:|---:|---|",
+    ]
+    batched = {row["library"]: row["percent"] for row in batch["by_library"]}
+    names = [row["library"] for row in one["by_library"]]
+    names += [name for name in batched if name not in names]
+    shares = {row["library"]: row["percent"] for row in one["by_library"]}
+    for name in names:
+        a, b = shares.get(name), batched.get(name)
+        cells = [f"{v:.1f}" if v is not None else "–" for v in (a, b)]
+        lines.append(f"| `{name}` | {cells[0]} | {cells[1]} | {perfdso.role(name)} |")
+    threads = ", ".join(f"{row['thread']} {row['percent']:.0f}%" for row in one["by_thread"])
+    return [*lines, "", f"By thread, one-call turns: {threads}."]
 
 
 def session_section(ses: dict[str, Any]) -> list[str]:

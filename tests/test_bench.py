@@ -15,6 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
+from bench import perfdso
+
 # The quick bench runs every scenario once (a few minutes on a loaded machine): the
 # module's tests share that one run, whose own bound is the subprocess's timeout.
 pytestmark = pytest.mark.timeout(660)
@@ -274,6 +276,42 @@ def test_quick_cpu_reports_each_process_per_call(quick_run: tuple[Path, Path, st
         assert profile["samples"] > 0 and profile["loads"] > 0
         assert profile["self"] and profile["inclusive"]
         assert all(0 < row["percent"] <= 100 for row in profile["self"] + profile["inclusive"])
+    for load in ("one_call", "batch"):
+        libraries = cpu["libraries"][load]
+        if "error" not in libraries:  # perf may be missing, or refused
+            assert libraries["samples"] > 0 and libraries["loads"] > 0
+            shares = [row["percent"] for row in libraries["by_library"]]
+            assert all(0 < p <= 100 for p in shares) and 90 <= sum(shares) <= 100.5
+            names = [row["library"] for row in libraries["by_library"]]
+            assert any(name.startswith("libpython") for name in names), names
+
+
+def test_perf_report_rows_are_read_with_their_sample_count() -> None:
+    report = """# Total Lost Samples: 0
+#
+# Samples: 10K of event 'cpu-clock:ppp'
+# Event count (approx.): 5090000000
+#
+# Overhead  Shared Object
+# ........  .........................................
+#
+    64.11%  libpython3.11.so.1.0
+    20.51%  [kernel.kallsyms]
+     2.98%  loop.cpython-311-x86_64-linux-gnu.so
+
+
+#
+# (Cannot load tips.txt file, please install perf!)
+#
+"""
+    rows, samples = perfdso.parse(report)
+    assert samples == 10_000
+    assert rows == [
+        ("libpython3.11.so.1.0", 64.11),
+        ("[kernel.kallsyms]", 20.51),
+        ("loop.cpython-311-x86_64-linux-gnu.so", 2.98),
+    ]
+    assert perfdso.role("loop.cpython-311-x86_64-linux-gnu.so") == "uvloop's event loop"
 
 
 @pytest.mark.spec("D6")

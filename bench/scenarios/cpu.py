@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import pyspy
+from bench import perfdso, pyspy
 from bench.common import daemon, summary
 from bench.cputime import StackMeter, median_of
 from bench.tools import bench_anoop, bench_noop
@@ -70,6 +70,15 @@ def full_stack(quick: bool, workspace: Path) -> dict[str, Any]:
         profile = pyspy.record(
             running.pid, n["profile"], lambda: _turns(session, 1, 1, f"p{next(counter)}.")
         )
+        # The same loads under perf: the daemon's CPU by library (is it the event loop?)
+        libraries = {
+            "one_call": perfdso.record(
+                running.pid, n["profile"], lambda: _turns(session, 1, 1, f"l{next(counter)}.")
+            ),
+            "batch": perfdso.record(
+                running.pid, n["profile"], lambda: _turns(session, 1, BATCH, f"L{next(counter)}.")
+            ),
+        }
     return {
         "workers": WORKERS,
         "repeats": n["repeats"],
@@ -83,6 +92,7 @@ def full_stack(quick: bool, workspace: Path) -> dict[str, Any]:
         },
         "batch": {"turns": n["batch"], "size": BATCH, "runs": batch, "median": median_of(batch)},
         "profile": profile,
+        "libraries": libraries,
     }
 
 
