@@ -2,18 +2,14 @@
 
 The public names of the tool contract, the data model and the client library live
 here; the coordinator, worker and sandbox layers are subpackages.
+
+The client's names are imported on first use: a worker, which imports toolpool for
+the tool contract, then never loads the client and asyncio (some 8 MB of memory).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from toolpool.cancel import Cancelled, CancelSource
-from toolpool.client import (
-    AsyncClient,
-    Client,
-    ClientError,
-    ClientProtocolError,
-    ClientTimeout,
-    DaemonUnavailable,
-    RequestFailed,
-)
 from toolpool.errors import ToolDefinitionError, ToolError, ToolpoolError
 from toolpool.file_reads import FileReadRegister, FileReadStamp
 from toolpool.function_tool import FunctionTool, tool
@@ -43,6 +39,41 @@ from toolpool.tool import (
     ValidationResult,
     image_block,
 )
+
+if TYPE_CHECKING:
+    from toolpool.client import (
+        AsyncClient,
+        Client,
+        ClientError,
+        ClientProtocolError,
+        ClientTimeout,
+        DaemonUnavailable,
+        RequestFailed,
+    )
+
+_CLIENT_NAMES = frozenset(
+    {
+        "AsyncClient",
+        "Client",
+        "ClientError",
+        "ClientProtocolError",
+        "ClientTimeout",
+        "DaemonUnavailable",
+        "RequestFailed",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The client's names, imported when first asked for (PEP 562)."""
+    if name in _CLIENT_NAMES:
+        from toolpool import client
+
+        value = getattr(client, name)
+        globals()[name] = value  # asked once
+        return value
+    raise AttributeError(f"module 'toolpool' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

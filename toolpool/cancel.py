@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where a token is awaited: a worker never loads asyncio for it
+    import asyncio
 
 
 class CancelSource(StrEnum):
@@ -88,6 +91,8 @@ class CancelToken:
     async def wait(self) -> CancelSource:
         """Wait on the event loop until the token is cancelled; return its source."""
         if self._event is None:
+            import asyncio
+
             self._event = asyncio.Event()
             if self._source is not None:
                 self._event.set()

@@ -17,7 +17,6 @@ result is ``limit_exceeded``, naming the limit and its value.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import errno
 import importlib
@@ -31,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -50,6 +49,19 @@ from toolpool.tool import ToolContext
 from toolpool.worker.channel import Channel
 from toolpool.worker.shells import WorkerShells
 from toolpool.worker.watch import CallWatch, stopped_by_limit
+
+if TYPE_CHECKING:
+    import asyncio
+
+
+def _cancel_errors() -> tuple[type[BaseException], ...]:
+    """What a cancelled call raises: ``Cancelled``, and asyncio's ``CancelledError``
+    once asyncio is loaded (an async tool's, or a tool's own loop's). Evaluated as the
+    exception is matched, so that a worker that runs no async tool never imports
+    asyncio (some 8 MB of every worker's memory)."""
+    loaded = sys.modules.get("asyncio")
+    return (Cancelled, loaded.CancelledError) if loaded is not None else (Cancelled,)
+
 
 # How long what a call left running gets between SIGTERM and SIGKILL.
 SWEEP_GRACE = 0.5
@@ -122,7 +134,7 @@ class Runner:
         self._running: _Running | None = None
         self._early_cancel: int | None = None  # a cancel signal raised before the tool ran
         self._call_limits = Limits()
-        self._loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None  # made for the first async tool
         self._pid = os.getpid()
         self._memory = _PeakMemory()
         # A result's size, as the wire will carry it. One packer, reused: msgpack.packb
@@ -136,7 +148,8 @@ class Runner:
         self._cpu_handler = self._on_cpu_limit
 
     def close(self) -> None:
-        self._loop.close()
+        if self._loop is not None:
+            self._loop.close()
         self._memory.close()
         self._watch.close()
         self.limits.close()
@@ -229,7 +242,7 @@ class Runner:
             self._running = None
             printed.flush()
             result = result_from_output(call, output)
-        except (Cancelled, asyncio.CancelledError):
+        except _cancel_errors():
             self._running = None
             token.cancel(CancelSource.ABORT)  # the tool's own threads look at it
             status = CallStatus.CANCELLED
@@ -299,6 +312,10 @@ class Runner:
         return Result(call.id, status, payload, usage, files.changes_dict())
 
     def _run_async(self, work: Any) -> Any:
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
         task = self._loop.create_task(work)
         assert self._running is not None
         self._running.loop, self._running.task = self._loop, task
