@@ -4,6 +4,7 @@ Each is used, but not by a name vulture follows: attributes pyzmq turns into soc
 options, enum members reached by value, the parameters a protocol imposes.
 """
 
+import toolpool
 from toolpool.client import base
 from toolpool.daemon import server
 from toolpool.engine.approvals import GateMode
@@ -18,5 +19,6 @@ _.curve_server
 GateMode.POLICY  # chosen by the string "policy" in a session's options
 ErrorCode.SANDBOX_FAILED  # raised as ToolError(code="sandbox_failed")
 FunctionTool.__wrapped__  # functools.wraps protocol: inspect follows it
+toolpool.__getattr__  # a module's __getattr__ (PEP 562): Python calls it for a missing name
 _.tb  # __exit__'s third parameter
 _.signum  # a signal handler's first parameter
