@@ -85,6 +85,26 @@ def test_T1_schema_root_is_an_object_and_valid(schema: dict[str, Any], problem: 
 
 
 @pytest.mark.spec("T1")
+def test_T1_a_schema_left_unchecked_at_registration_is_checked_at_its_first_use() -> None:
+    # Given a tool with a schema that is no JSON Schema, in a registry that leaves
+    # schemas unchecked (the zygote's: the daemon checked the same tools first)
+    bad = type("Bad", (Minimal,), {"name": "bad", "schema": {"type": "object", "properties": 3}})()
+    registry = ToolRegistry([bad, Minimal()], check_schemas=False)
+    spec = registry.get("minimal")
+    assert spec is not None
+    # Then a good schema's checker works as in any registry
+    assert spec.checker.check({"text": "hi"}).ok
+    # And the bad one is refused, naming its tool, when its arguments are first checked
+    unchecked = registry.get(bad.name)
+    assert unchecked is not None
+    with pytest.raises(ToolDefinitionError, match=f"tool {bad.name!r}: invalid JSON Schema"):
+        unchecked.checker.check({})
+    # While a registry that checks refuses it at once
+    with pytest.raises(ToolDefinitionError, match="invalid JSON Schema"):
+        ToolRegistry([bad])
+
+
+@pytest.mark.spec("T1")
 @pytest.mark.parametrize("name", ["", "has space", "x" * 65, "dot.name"])
 def test_T1_names_every_provider_accepts(name: str) -> None:
     bad = type("Bad", (Minimal,), {"name": name})()

@@ -15,9 +15,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolpool.arguments import ArgumentChecker
 from toolpool.errors import ToolDefinitionError
 from toolpool.tool import (
     ActivityDescriber,
@@ -37,6 +36,9 @@ from toolpool.tool import (
     ValidationResult,
     Validator,
 )
+
+if TYPE_CHECKING:  # imported with the first checker: jsonschema comes with it
+    from toolpool.arguments import ArgumentChecker
 
 # The names every provider accepts (OpenAI, Anthropic and Gemini agree on this set).
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -58,6 +60,7 @@ class ToolSpec:
     __slots__ = (
         "_activity",
         "_call_limits",
+        "_checker",
         "_concurrency_safe",
         "_file_paths",
         "_interrupt_behavior",
@@ -65,7 +68,6 @@ class ToolSpec:
         "_preview",
         "_read_only",
         "_validate",
-        "checker",
         "description",
         "execute_fn",
         "is_async",
@@ -75,7 +77,7 @@ class ToolSpec:
         "tool",
     )
 
-    def __init__(self, tool: Any) -> None:
+    def __init__(self, tool: Any, *, check_schema: bool = True) -> None:
         if inspect.isclass(tool) or not isinstance(tool, Tool):
             missing = [
                 p for p in ("name", "description", "schema", "execute") if not hasattr(tool, p)
@@ -89,14 +91,15 @@ class ToolSpec:
             )
         if not isinstance(description, str):
             raise ToolDefinitionError(f"tool {name!r}: description must be a string")
-        try:
-            self.checker = ArgumentChecker(schema)
-        except ToolDefinitionError as exc:
-            raise ToolDefinitionError(f"tool {name!r}: {exc}") from exc
+        self._checker: ArgumentChecker | None = None
+        if check_schema:  # T1: a schema that is not one is refused here, at registration
+            self._checker = _checker(name, schema)
+            self.schema: dict[str, Any] = self._checker.schema
+        else:
+            self.schema = dict(schema)
         self.tool = tool
         self.name: str = name
         self.description: str = description
-        self.schema = self.checker.schema
         self._label: Callable[[], str] | None = tool.label if isinstance(tool, Labeler) else None
         self._validate = tool.validate if isinstance(tool, Validator) else None
         self._preview = tool.preview if isinstance(tool, Previewer) else None
@@ -117,6 +120,14 @@ class ToolSpec:
             tool.execute_content if isinstance(tool, ContentTool) else tool.execute
         )
         self.is_async = inspect.iscoroutinefunction(self.execute_fn)
+
+    @property
+    def checker(self) -> ArgumentChecker:
+        """The arguments' checker (P5); made here, at the first use, for a spec whose
+        schema was not checked at registration (``check_schema=False``)."""
+        if self._checker is None:
+            self._checker = _checker(self.name, self.schema)
+        return self._checker
 
     # -- T2 defaults ---------------------------------------------------------------
 
@@ -207,16 +218,34 @@ class ToolSpec:
         return f"<ToolSpec {self.name!r}>"
 
 
-class ToolRegistry:
-    """The tools a coordinator or worker knows, by name."""
+def _checker(name: str, schema: Any) -> ArgumentChecker:
+    from toolpool.arguments import ArgumentChecker
 
-    def __init__(self, tools: Iterable[Any] = ()) -> None:
+    try:
+        return ArgumentChecker(schema)
+    except ToolDefinitionError as exc:
+        raise ToolDefinitionError(f"tool {name!r}: {exc}") from exc
+
+
+class ToolRegistry:
+    """The tools a coordinator or worker knows, by name.
+
+    ``check_schemas=False`` leaves each schema unchecked until its tool's arguments
+    are first checked: for the zygote, whose tools the daemon registered (and
+    checked) first, and whose workers never check arguments — they then never load
+    jsonschema, some 8 MB of every worker's memory.
+    """
+
+    def __init__(self, tools: Iterable[Any] = (), *, check_schemas: bool = True) -> None:
         self._specs: dict[str, ToolSpec] = {}
+        self._check_schemas = check_schemas
         for tool in tools:
             self.add(tool)
 
     def add(self, tool: Any) -> ToolSpec:
-        spec = tool if isinstance(tool, ToolSpec) else ToolSpec(tool)
+        spec = (
+            tool if isinstance(tool, ToolSpec) else ToolSpec(tool, check_schema=self._check_schemas)
+        )
         if spec.name in self._specs:
             raise ToolDefinitionError(f"two tools are named {spec.name!r}")
         self._specs[spec.name] = spec

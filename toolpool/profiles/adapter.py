@@ -43,7 +43,11 @@ class Adapter:
         schema: Mapping[str, Any],
         label: str | None = None,
     ) -> None:
-        self.target = target if isinstance(target, ToolSpec) else ToolSpec(target)
+        # A built-in's schema is checked where the built-in itself is registered: here
+        # it is checked at the adapter's first call (a worker never loads jsonschema).
+        self.target = (
+            target if isinstance(target, ToolSpec) else ToolSpec(target, check_schema=False)
+        )
         if self.target.is_async:
             raise ToolDefinitionError(f"{name}: an adapter delegates to plain tools only")
         self.name = name

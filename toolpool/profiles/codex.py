@@ -141,7 +141,8 @@ class Shell(Adapter):
 
     def __init__(self, bash: Any, apply_patch: Any | None) -> None:
         super().__init__(bash, name="shell", description=SHELL_DESCRIPTION, schema=SHELL_SCHEMA)
-        self.patcher = None if apply_patch is None else ToolSpec(apply_patch)
+        # The built-in apply_patch, checked where it is registered (as the target is).
+        self.patcher = None if apply_patch is None else ToolSpec(apply_patch, check_schema=False)
         timeout = self.target.schema.get("properties", {}).get("timeout", {})
         self.max_seconds: float | None = timeout.get("maximum")
 

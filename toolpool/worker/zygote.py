@@ -44,7 +44,9 @@ def _rss() -> int:
 
 
 def _load(modules: list[str]) -> ToolRegistry:
-    registry = ToolRegistry()
+    # The daemon registered these modules' tools first, checking their schemas (T1);
+    # a worker never checks arguments, so it never loads jsonschema (ToolRegistry).
+    registry = ToolRegistry(check_schemas=False)
     for module in modules:
         for tool in tools_in_module(module):
             registry.add(tool)
