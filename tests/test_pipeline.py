@@ -191,7 +191,7 @@ async def test_P5_validators_are_compiled_once_per_tool(
     def compile_again(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a schema was compiled per call")
 
-    monkeypatch.setattr("toolpool.registry.ArgumentChecker", compile_again)
+    monkeypatch.setattr("toolpool.arguments.ArgumentChecker", compile_again)
     monkeypatch.setattr("jsonschema.Draft202012Validator.check_schema", compile_again)
     results = await coordinator.run_turn(
         session, [probe_call(str(i), count=str(i)) for i in range(5)]
