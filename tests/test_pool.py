@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -241,6 +242,78 @@ async def test_D3_fork_bomb_meets_the_pids_limit(make_pool: PoolFactory, workspa
     assert result.details["usage"]["ended_processes"] >= LIMITS.processes // 2
     await replaced(pool, old_pid)
     assert (await call(coordinator, workspace, "noop")).text == "ok"
+
+
+def slow_cgroups(
+    pool: WorkerPool, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> threading.Event:
+    """Make the pool's next worker cgroups wait (in their thread) until the event is
+    set — at the test's end at the latest, so that a failing test does not hang."""
+    gate = threading.Event()
+    request.addfinalizer(gate.set)
+    make = pool.processes._make_cgroup
+
+    def made_when_let(worker_id: str) -> Any:
+        gate.wait(60)
+        return make(worker_id)
+
+    monkeypatch.setattr(pool.processes, "_make_cgroup", made_when_let)
+    return gate
+
+
+def cgroups_of(pool: WorkerPool) -> list[Path]:
+    """The worker cgroup directories the pool's tree has, in every hierarchy."""
+    tree = pool.processes.cgroups
+    assert tree is not None
+    return [p for h in tree.hierarchies for p in (h.own / tree.parent).glob(f"{tree._tag}*")]
+
+
+@pytest.mark.spec("D2")
+@needs("cgroups")
+async def test_D2_a_cgroup_made_while_the_pool_closes_is_removed_with_it(
+    make_pool: PoolFactory,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    # Given a pool whose next worker cgroup is being made (off the event loop) when it
+    # closes: its worker exited in a call, and the replacement's cgroup waits
+    pool = await make_pool(min_workers=1, max_workers=1)
+    gate = slow_cgroups(pool, monkeypatch, request)
+    coordinator = coordinator_on(pool)
+    result = await call(coordinator, workspace, "exit_worker", code=3)
+    assert result.error_code is ErrorCode.WORKER_LOST
+    await until(lambda: bool(pool.processes._making))
+    closing = asyncio.ensure_future(pool.close())
+    # Then the pool does not end its closing while a cgroup of its is being made
+    done, _ = await asyncio.wait({closing}, timeout=2)
+    assert not done  # the cgroup waits for the gate: so does the closing
+    # And once it is made, the closing ends, and no cgroup of the pool is left
+    gate.set()
+    await closing
+    assert not pool.processes._making
+    assert cgroups_of(pool) == []
+
+
+@pytest.mark.spec("D2")
+@needs("cgroups")
+async def test_D2_a_cgroup_made_for_a_worker_forgotten_meanwhile_is_removed(
+    make_pool: PoolFactory, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # Given a worker forgotten (as its zygote's death forgets it) while its cgroup is made
+    pool = await make_pool(min_workers=1, max_workers=1)
+    gate = slow_cgroups(pool, monkeypatch, request)
+    before = cgroups_of(pool)
+    worker = pool.processes.new_worker("wx", offline=False)
+    preparing = asyncio.ensure_future(pool.processes.prepare(worker))
+    await until(lambda: "wx" in pool.processes._making)
+    pool.processes.forget(worker)
+    # When the cgroup is made
+    gate.set()
+    await preparing
+    # Then it was removed at once, never given to the worker
+    assert worker.cgroup is None
+    assert cgroups_of(pool) == before
 
 
 @pytest.mark.spec("D4")

@@ -28,7 +28,7 @@ from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerState
 from toolpool.pool.zygote import Zygote, ZygoteError
 from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
-from toolpool.sandbox.cgroups import CgroupTree
+from toolpool.sandbox.cgroups import CgroupTree, WorkerCgroup
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.terminate import (
@@ -74,6 +74,10 @@ class WorkerProcesses:
         self._runtime_dir: Path | None = None
         self._owns_runtime_dir = False
         self._connected: dict[int, int] = {}  # worker pid → connections it made
+        # Cgroups being made in a thread (``prepare``), by worker id; and the ids of
+        # workers forgotten meanwhile, whose cgroup is removed as soon as it exists.
+        self._making: dict[str, asyncio.Future[tuple[WorkerCgroup, int]]] = {}
+        self._abandoned: set[str] = set()
 
     async def open(self) -> None:
         """Probe the sandbox, open the socket and start the zygote."""
@@ -177,6 +181,8 @@ class WorkerProcesses:
     async def close(self, workers: Iterable[Worker]) -> None:
         """Stop the zygote and the socket; remove the cgroups (``workers``' too) and
         the runtime directory. The workers must have ended."""
+        # Cgroups still being made become their workers' (or are removed) first.
+        await asyncio.gather(*self._making.values(), return_exceptions=True)
         if self._zygote is not None:
             await self._zygote.close()
         if self._router is not None:
@@ -197,29 +203,57 @@ class WorkerProcesses:
 
     # -- one worker ---------------------------------------------------------------------
 
-    def new_worker(self, worker_id: str, offline: bool) -> tuple[Worker, WorkerConfig]:
-        """A worker's record and cgroup, and the configuration it starts with."""
+    def new_worker(self, worker_id: str, offline: bool) -> Worker:
+        """A worker's record; ``prepare`` makes its cgroup."""
         loop = asyncio.get_running_loop()
-        cgroup = self.cgroups.create(worker_id) if self.cgroups is not None else None
-        worker = Worker(worker_id, offline, cgroup, loop.create_future(), loop.create_future())
-        if cgroup is not None:
-            limits = self.config.limits
-            cgroup.set_memory(limits.memory_bytes)
-            cgroup.set_pids(limits.processes)
-            cgroup.set_cpu(self.config.worker_cpus)
-            worker.oom_baseline = cgroup.oom_kills()
-        config = WorkerConfig(
-            worker_id=worker_id,
+        return Worker(worker_id, offline, None, loop.create_future(), loop.create_future())
+
+    async def prepare(self, worker: Worker) -> WorkerConfig:
+        """Make the worker's cgroup, with the pool's limits, and the configuration it
+        starts with. The cgroup is made in a thread: its mkdir and limit writes take
+        milliseconds of system calls, which every other call's events would wait for
+        on the event loop (a cancelled call's ``tool_end`` waited for its worker's
+        replacement). Raises OSError when the cgroup cannot be made."""
+        if self.cgroups is not None:
+            making = asyncio.get_running_loop().run_in_executor(None, self._make_cgroup, worker.id)
+            self._making[worker.id] = making
+            making.add_done_callback(lambda done: self._made(worker, done))
+            await asyncio.shield(making)
+        cgroup = worker.cgroup
+        return WorkerConfig(
+            worker_id=worker.id,
             endpoint=self.endpoint,
             heartbeat_interval=self.config.heartbeat_interval,
             limits=self.config.limits.to_dict(),
             profile=self.profile.to_dict(),
             policy=self.policy.to_dict(),
             cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
-            offline=offline,
+            offline=worker.offline,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
         )
-        return worker, config
+
+    def _make_cgroup(self, worker_id: str) -> tuple[WorkerCgroup, int]:
+        """In a thread: the cgroup with the pool's limits, and its OOM kills so far."""
+        assert self.cgroups is not None
+        cgroup = self.cgroups.create(worker_id)
+        limits = self.config.limits
+        cgroup.set_memory(limits.memory_bytes)
+        cgroup.set_pids(limits.processes)
+        cgroup.set_cpu(self.config.worker_cpus)
+        return cgroup, cgroup.oom_kills()
+
+    def _made(self, worker: Worker, done: asyncio.Future[tuple[WorkerCgroup, int]]) -> None:
+        """On the loop: a cgroup made is the worker's, or removed when the worker was
+        forgotten meanwhile (whoever waited for it may be gone: nothing is lost)."""
+        self._making.pop(worker.id, None)
+        if done.cancelled() or done.exception() is not None:
+            return  # prepare raises it, if anyone still waits
+        cgroup, oom_kills = done.result()
+        if worker.id in self._abandoned:
+            self._abandoned.discard(worker.id)
+            cgroup.remove()
+            return
+        worker.cgroup, worker.oom_baseline = cgroup, oom_kills
 
     async def spawn(self, worker: Worker, config: WorkerConfig) -> int:
         """Have the zygote fork the worker; its pid (ZygoteError when it cannot)."""
@@ -243,7 +277,10 @@ class WorkerProcesses:
         self._connected.pop(pid, None)
 
     def forget(self, worker: Worker) -> None:
-        """End what is left in the worker's cgroup and remove it."""
+        """End what is left in the worker's cgroup and remove it (once it is made,
+        when it is being made)."""
+        if worker.id in self._making:
+            self._abandoned.add(worker.id)
         if worker.cgroup is not None:
             worker.cgroup.kill_all()
             worker.cgroup.remove()

@@ -54,9 +54,14 @@ from toolpool.protocol import (
     decode,
 )
 from toolpool.worker.channel import CONTROL_SUFFIX
-from toolpool.worker.main import WorkerConfig
 
 log = logging.getLogger("toolpool.pool")
+
+
+def _lost(worker: Worker) -> bool:
+    """Whether the worker was lost (with its zygote) while we waited: a function, so
+    that a check after an ``await`` is not taken for one made before it."""
+    return worker.state is WorkerState.DEAD
 
 
 class Supervisor:
@@ -106,13 +111,23 @@ class Supervisor:
     # -- a worker's life -------------------------------------------------------------------
 
     def _spawn(self, offline: bool) -> Worker:
-        worker, config = self.processes.new_worker(f"w{next(self._ids)}", offline)
+        worker = self.processes.new_worker(f"w{next(self._ids)}", offline)
         self._workers[worker.id] = worker
         self._counts["started"] += 1
-        self._in_background(self._start_worker(worker, config))
+        self._in_background(self._start_worker(worker))
         return worker
 
-    async def _start_worker(self, worker: Worker, config: WorkerConfig) -> None:
+    async def _start_worker(self, worker: Worker) -> None:
+        try:
+            config = await self.processes.prepare(worker)
+        except OSError as exc:
+            if not _lost(worker):
+                self._start_failed(worker, f"its cgroup could not be made: {exc}")
+            return
+        if _lost(worker) or not self._open:
+            # Lost (with its zygote), or the pool closes, while its cgroup was made:
+            # never started (a closing pool removes the cgroup).
+            return
         try:
             worker.pid = await self.processes.spawn(worker, config)
             self._by_pid[worker.pid] = worker
@@ -120,7 +135,7 @@ class Supervisor:
         except PoolError:
             pass  # it died while starting: _on_exit (or the zygote's loss) has dealt with it
         except (ZygoteError, TimeoutError) as exc:
-            if worker.state is WorkerState.DEAD:
+            if _lost(worker):
                 return  # lost with its zygote
             if worker.pid:
                 await self.processes.terminate([worker], "it did not start in time")
