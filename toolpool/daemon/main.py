@@ -229,7 +229,7 @@ async def _serve(
             server.abort_everything()
 
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal)
     try:
         await stopping.wait()
@@ -239,11 +239,13 @@ async def _serve(
         await server.close()
         await pool.close(polite=terms < 2)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-            # Stopping already: a signal now (a second TERM from whoever waits for the
-            # exit) must not kill the last clean-up with the default action.
-            signal.signal(sig, signal.SIG_IGN)
+        # Stopping already: a signal now (a second TERM from whoever waits for the
+        # exit) must not kill the last clean-up with the default action. The loop's
+        # handler stays, doing nothing, until the loop closes (removing it would put
+        # the default action back, if only for an instant); run_foreground ignores
+        # the signals once it has.
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, _ignored)
         for name in (ENDPOINT_NAME, PID_NAME, SOCKET_NAME):
             (runtime / name).unlink(missing_ok=True)
         coordinator.close()
@@ -251,8 +253,19 @@ async def _serve(
             audit.close()  # after the last turn: every call's line is written (R2)
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(spill, ignore_errors=True)
+        # From here, until the process ends, a stop signal waits in the main thread
+        # (other threads either block it, as ZeroMQ's do, or still run the loop's
+        # handler): none meets the default action the loop's closing puts back.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     log.info("daemon stopped")
     return 0
+
+
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def _ignored() -> None:
+    """A stop signal while the daemon stops already: nothing more to do."""
 
 
 def _open_audit_log(config: DaemonConfig) -> AuditLog | None:
@@ -329,7 +342,10 @@ def run_foreground(config: DaemonConfig) -> int:
     logs.configure(config.log_level, config.log_file)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(serve(config))
+            code = runner.run(serve(config))
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)  # the loop's handlers went with it
+        return code
     except (ToolpoolError, OSError) as exc:
         log.error("%s", exc)
         raise
