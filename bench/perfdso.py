@@ -15,10 +15,11 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench.pyspy import drive
 
 RATE = 999  # samples per second (an odd rate: not in step with a timer)
 _ROW = re.compile(r"^\s*([\d.]+)%\s+(\S.*?)\s*$")
@@ -54,16 +55,7 @@ def record(pid: int, seconds: int, load: Callable[[], None]) -> dict[str, Any]:
             process = subprocess.Popen(
                 [*argv, "--", "sleep", str(seconds)], stdout=said, stderr=said
             )
-        loads = 0
-        deadline = time.monotonic() + seconds + 30
-        try:
-            while process.poll() is None and time.monotonic() < deadline:
-                load()
-                loads += 1
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+        loads = drive(process, load, seconds)
         if process.returncode != 0 or not data.exists():
             lines = log.read_text(errors="replace").strip().splitlines()
             return {"error": f"perf exited with {process.returncode}: {lines[-1] if lines else ''}"}

@@ -42,17 +42,8 @@ def record(pid: int, seconds: int, load: Callable[[], None]) -> dict[str, Any]:
         argv += ["-r", str(RATE), "-d", str(seconds), "-p", str(pid), "-o", str(out)]
         with log.open("wb") as errors:
             process = subprocess.Popen(argv, stdout=errors, stderr=errors)
-        loads = 0
         began = time.perf_counter()
-        deadline = time.monotonic() + seconds + 30
-        try:
-            while process.poll() is None and time.monotonic() < deadline:
-                load()
-                loads += 1
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+        loads = drive(process, load, seconds)
         wall = time.perf_counter() - began
         said = log.read_text(errors="replace").strip()
         if process.returncode != 0 or not out.exists():
@@ -60,6 +51,22 @@ def record(pid: int, seconds: int, load: Callable[[], None]) -> dict[str, Any]:
             return {"error": f"py-spy exited with {process.returncode}: {last}"}
         summary = summarise(out.read_text(), RATE, seconds)
     return summary | {"loads": loads, "load_seconds": round(wall, 2)}
+
+
+def drive(process: subprocess.Popen[bytes], load: Callable[[], None], seconds: int) -> int:
+    """Call ``load()`` over and over while the profiler ``process`` samples (killed
+    when it outlives ``seconds`` by 30 s); how many loads ran."""
+    loads = 0
+    deadline = time.monotonic() + seconds + 30
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            load()
+            loads += 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    return loads
 
 
 def summarise(raw: str, rate: int, seconds: float) -> dict[str, Any]:
