@@ -247,6 +247,7 @@ class WorkerProcesses:
         forgotten meanwhile (whoever waited for it may be gone: nothing is lost)."""
         self._making.pop(worker.id, None)
         if done.cancelled() or done.exception() is not None:
+            self._abandoned.discard(worker.id)
             return  # prepare raises it, if anyone still waits
         cgroup, oom_kills = done.result()
         if worker.id in self._abandoned:
