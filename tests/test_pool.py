@@ -316,6 +316,25 @@ async def test_D2_a_cgroup_made_for_a_worker_forgotten_meanwhile_is_removed(
     assert cgroups_of(pool) == before
 
 
+@pytest.mark.spec("D2")
+@needs("cgroups")
+async def test_D2_a_worker_whose_cgroup_cannot_be_made_fails_to_start_saying_so() -> None:
+    # Given a pool where no worker cgroup can be made (its file system refuses)
+    pool = WorkerPool(PoolConfig(min_workers=1, max_workers=1, tool_modules=(MODULE,)))
+
+    def refused(worker_id: str) -> Any:
+        raise PermissionError(13, "Permission denied", f"cgroup of {worker_id}")
+
+    pool.processes._make_cgroup = refused  # type: ignore[method-assign]
+    # When it starts, it fails, naming the cause, after its retries; nothing is left
+    try:
+        with pytest.raises(PoolError, match=r"its cgroup could not be made: .*Permission denied"):
+            await pool.start()
+    finally:
+        await pool.close()
+    assert pool.worker_pids() == {}
+
+
 @pytest.mark.spec("D4")
 async def test_D4_setsid_orphan_is_ended_after_the_call(
     make_pool: PoolFactory, workspace: Path

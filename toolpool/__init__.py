@@ -51,22 +51,11 @@ if TYPE_CHECKING:
         RequestFailed,
     )
 
-_CLIENT_NAMES = frozenset(
-    {
-        "AsyncClient",
-        "Client",
-        "ClientError",
-        "ClientProtocolError",
-        "ClientTimeout",
-        "DaemonUnavailable",
-        "RequestFailed",
-    }
-)
-
 
 def __getattr__(name: str) -> Any:
-    """The client's names, imported when first asked for (PEP 562)."""
-    if name in _CLIENT_NAMES:
+    """The client's names, imported when first asked for (PEP 562): a public name
+    Python does not find here is one of them."""
+    if name in __all__:
         from toolpool import client
 
         value = getattr(client, name)
