@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from toolpool import tool
+from toolpool.tool import ToolContext
 
 
 @tool
@@ -86,3 +87,54 @@ def stop_zygote() -> str:
 
     os.kill(os.getppid(), signal.SIGSTOP)
     return "stopped the zygote"
+
+
+class PreviewBomb:
+    """A tool whose validate and preview do what a tool's input can make them do:
+    say where they run (``where``: the pid of each step, written under ``marks``),
+    take their time (``sleep``: the preview says it started, then sleeps), grow
+    (``allocate``: the preview holds that many bytes) or talk too much (``chars``:
+    the preview's length)."""
+
+    name = "preview_bomb"
+    description = "A tool whose validate and preview cost what they are asked to."
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {
+            "marks": {"type": "string"},
+            "sleep": {"type": "number"},
+            "allocate": {"type": "integer"},
+            "chars": {"type": "integer"},
+        },
+        "required": ["marks"],
+        "additionalProperties": False,
+    }
+
+    def _mark(self, args: dict[str, object], step: str) -> None:
+        with open(f"{args['marks']}.{step}", "w") as f:
+            f.write(str(os.getpid()))
+
+    def validate(self, args: dict[str, object], ctx: object) -> object:
+        from toolpool.tool import ValidationResult
+
+        self._mark(args, "validate")
+        return ValidationResult.passed()
+
+    def preview(self, args: dict[str, object], ctx: object) -> str:
+        import time
+
+        self._mark(args, "preview")
+        if args.get("sleep"):
+            time.sleep(float(args["sleep"]))  # type: ignore[arg-type]
+        if args.get("allocate"):
+            held = bytearray(int(args["allocate"]))  # type: ignore[call-overload]
+            held[::4096] = b"x" * len(held[::4096])  # touched: resident, not just reserved
+        return "p\n" * (int(args.get("chars") or 2) // 2)  # type: ignore[call-overload]
+
+    def execute(self, args: dict[str, object], ctx: ToolContext) -> str:
+        self._mark(args, "execute")
+        ctx.report_progress("executing")
+        return "executed"
+
+
+preview_bomb = PreviewBomb()

@@ -20,6 +20,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from toolpool.preflight import cut_note
+from toolpool.sandbox.limits import Limits
 from toolpool.tools import diff, diff_windows
 from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
 from toolpool.tools.edit import plan_edit
@@ -50,7 +52,7 @@ def difflib_diff(old: str, new: str, name: str, *, created: bool = False) -> str
     ):
         text = line if line.endswith("\n") else f"{line}\n{_NO_NEWLINE}"
         if size + len(text) > MAX_DIFF_CHARS:
-            out.append(f"… diff cut at {MAX_DIFF_CHARS} characters\n")
+            out.append(cut_note(MAX_DIFF_CHARS))
             break
         out.append(text)
         size += len(text)
@@ -176,7 +178,7 @@ PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
 def test_an_edit_preview_is_difflibs_diff(edit: tuple[bytes, dict[str, object]]) -> None:
     # Given a file and an edit of it, When the edit is planned and its preview made
     data, args = edit
-    plan = plan_edit(data, args, "f")
+    plan = plan_edit(data, args, "f", Limits().file_size_bytes)
     # Then the preview is what difflib makes of the whole file
     assert plan.diff("f") == difflib_diff(plan.old_text, plan.new_text, "f")
 
@@ -228,7 +230,7 @@ TRICKY = [
 @pytest.mark.parametrize(("text", "old", "new"), TRICKY)
 def test_tricky_edits_match_difflib(text: str, old: str, new: str) -> None:
     args = {"path": "f", "old_string": old, "new_string": new, "replace_all": True}
-    plan = plan_edit(text.encode(), args, "f")
+    plan = plan_edit(text.encode(), args, "f", Limits().file_size_bytes)
     assert plan.diff("f") == difflib_diff(plan.old_text, plan.new_text, "f")
 
 
@@ -270,7 +272,7 @@ def test_a_one_line_edit_of_real_source_is_diffed_from_its_window(
         x for x in text.split("\n")[lines // 2 :] if len(x.strip()) > 12 and text.count(x) == 1
     )
     args = {"path": "f", "old_string": line, "new_string": line + "  # edited"}
-    plan = plan_edit(text.encode(), args, "f")
+    plan = plan_edit(text.encode(), args, "f", Limits().file_size_bytes)
     # When its preview is made, Then difflib is not run, and the diff is difflib's
     monkeypatch.setattr(diff.difflib, "unified_diff", _no_difflib)
     preview = plan.diff("f")

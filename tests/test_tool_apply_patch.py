@@ -538,7 +538,7 @@ def test_the_preview_is_the_diff_of_every_file(workspace: Path, ctx: ToolContext
         "*** Update File: old.py", "*** Move to: pkg/new.py", "@@", "-x", "+y",
         "*** Delete File: gone.txt",
     )  # fmt: skip
-    diff = apply_patch_tool.preview({"input": text}, ctx)
+    diff = apply_patch_tool.preview({"input": text}, ctx).text
     assert diff == (
         "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hello\n"
         "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n"

@@ -712,26 +712,22 @@ def test_F9_stale_refusals_through_a_daemon_across_two_workers(
 
     def approve(request: ApprovalRequested) -> bool:
         # The user's editor saves the file while the edit waits for approval: the
-        # change lands between validate (in the daemon) and execute (in a worker)
+        # change lands between validate (in one worker) and execute (in another)
         if request.call.id == "e1":
             big.write_text(big.read_text().replace("v150 = 150", "v150 = 'theirs'"))
         return True
 
+    # Every call on a worker of its own: the edit cannot run where the read ran.
+    flags = ("--min-workers", "2", "--max-workers", "2", "--max-calls-per-worker", "1")
     with (
-        running_daemon(tmp_path, "--min-workers", "2", "--max-workers", "2") as daemon,
+        running_daemon(tmp_path, *flags) as daemon,
         Client(runtime_dir=daemon.runtime, timeout=30) as client,
         client.session(workspace, gate="ask", on_approval=approve) as session,
     ):
-        session.submit(
-            [ToolCall("w1", "nap", {"seconds": 0.2}), ToolCall("w2", "nap", {"seconds": 0.2})]
-        ).results()
-        # The read runs on the second worker while a nap holds the first one
-        _, read = session.submit(
-            [ToolCall("n", "nap", {"seconds": 0.3}), ToolCall("r", "read", {"path": "big.py"})]
-        ).results()
+        (read,) = session.submit([ToolCall("r", "read", {"path": "big.py"})]).results()
         edit_args = {"path": "big.py", "old_string": "v1 = 1\n", "new_string": "one = 1\n"}
         (refused,) = session.submit([ToolCall("e1", "edit", edit_args)]).results()
-        # The edit ran on the other worker: it found the read's copy, and shows the diff
+        # The edit ran on another worker: it found the read's copy, and shows the diff
         assert read.details["worker"] != refused.details["worker"]
         assert refused.details["validation_code"] == CODE_STALE
         assert refused.text.startswith(
@@ -741,8 +737,8 @@ def test_F9_stale_refusals_through_a_daemon_across_two_workers(
         )
         assert "\n-v150 = 150\n+v150 = 'theirs'\n" in refused.text
         assert refused.text.endswith("\n\nRead it again before writing to it.")
-        # A small file changed since its read: shown whole by validate in the daemon,
-        # and the retry, on a worker, needs no read
+        # A small file changed since its read: shown whole by validate (in a worker),
+        # and the retry, on another worker, needs no read
         session.submit([ToolCall("r2", "read", {"path": "small.txt"})]).results()
         small.write_text("theirs\n")
         stale, retry = session.submit(

@@ -314,9 +314,12 @@ def test_P7_notebook_edit_previews_a_diff_and_writes_atomically(
     read_nb(ctx, "nb.ipynb")
     args = {"path": "nb.ipynb", "cell_id": ids[0], "new_source": "# Results"}
     preview = notebook_edit_tool.preview(args, ctx)
-    assert preview.startswith("--- a/nb.ipynb\n+++ b/nb.ipynb\n@@")
-    assert '-    "# Analysis\\n",\n' in preview
-    assert '+    "# Results"\n' in preview
+    # The diff of the cell's source, named by the cell, not of the notebook's JSON
+    cell = f"nb.ipynb#{ids[0]}"
+    assert preview.startswith(f"--- a/{cell}\n+++ b/{cell}\n@@")
+    assert "-# Analysis\n" in preview
+    assert "+# Results\n" in preview
+    assert '"cells"' not in preview
     inode = path.stat().st_ino
     nb_edit(ctx, **args)
     # A new file renamed over the old (atomic), the mode kept, no temporary left

@@ -104,6 +104,14 @@ class ErrorCode(StrEnum):
     SANDBOX_FAILED = "sandbox_failed"  # X1: the confinement could not be set up
 
 
+class Stage(StrEnum):
+    """Which of a call's tool code an executor runs (SPEC P6, P7, P10, L10)."""
+
+    FULL = "full"  # validate, preview, execute: no gate or middleware between them
+    PREPARE = "prepare"  # validate and preview only: a gate decides next
+    EXECUTE = "execute"  # execute only: validate and preview ran before the gate
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The outcome of one call, error or not, as the model will see it.

@@ -195,6 +195,22 @@ class ToolSpec:
     def has_preview(self) -> bool:
         return self._preview is not None
 
+    @property
+    def has_validate(self) -> bool:
+        return self._validate is not None
+
+    def validate_now(self, args: Arguments, ctx: ToolContext) -> Any:
+        """The tool's semantic check as it answers: a ``ValidationResult``, or an
+        awaitable of one from an async ``validate`` (the caller awaits it where it
+        can: a worker has no event loop until an async tool needs one). May raise."""
+        if self._validate is None:
+            return ValidationResult.passed()
+        return self._validate(args, ctx)
+
+    def preview_now(self, args: Arguments, ctx: ToolContext) -> Any:
+        """The tool's preview as it answers (None: none), or an awaitable of it."""
+        return None if self._preview is None else self._preview(args, ctx)
+
     async def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         """The tool's semantic check; passes when it has none. May raise."""
         if self._validate is None:

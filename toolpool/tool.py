@@ -54,6 +54,16 @@ class ValidationResult:
         return cls(False, message, code)
 
 
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What a ``preview`` may return besides plain text or a JSON-able value: its text,
+    and whether the tool cut it (a diff stops at its cap), which a gate is told
+    (``GateRequest.preview_truncated``) besides the note the text ends with."""
+
+    text: str
+    truncated: bool = False
+
+
 def _no_progress(_: Any) -> None:
     """Progress sink for contexts where nothing listens (validate, preview)."""
 

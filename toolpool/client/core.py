@@ -83,6 +83,11 @@ class ApprovalRequested:
     def preview(self) -> Any:
         return self.request.preview
 
+    @property
+    def preview_truncated(self) -> bool:
+        """Whether the preview was cut at its cap (its text ends saying so)."""
+        return self.request.preview_truncated
+
     def approve(self) -> Sent:
         return self._reply(True, "")
 

@@ -353,6 +353,7 @@ class Requests:
                 read_only=request.read_only,
                 permissions=list(request.permissions),
                 timeout=entry.approval_timeout,
+                preview_truncated=request.preview_truncated,
             ),
         )
         try:

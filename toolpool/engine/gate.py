@@ -18,13 +18,15 @@ from toolpool.registry import ToolSpec
 @dataclass(frozen=True, slots=True)
 class GateRequest:
     """What a gate decides on: the tool (its capabilities and permission metadata,
-    T3), the call with validated arguments, the label and the preview (a diff…)."""
+    T3), the call with validated arguments, the label and the preview (a diff…), and
+    whether that preview was cut at its cap (L10)."""
 
     spec: ToolSpec
     call: ToolCall
     label: str
     preview: Any
     session_id: str
+    preview_truncated: bool = False
 
     @property
     def tool(self) -> Any:

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from toolpool.engine.executor import ExecutionRequest
-from toolpool.models import ToolResult
+from toolpool.models import ErrorCode, Stage, ToolResult
 from toolpool.outcomes import cancelled_result, result_from_exception, result_from_output
+from toolpool.preflight import capped, failed_as, refusal
 from toolpool.sandbox.limits import Limits
+from toolpool.tool import ToolContext
 
 
 class _ThreadSafeProgress:
@@ -66,22 +68,57 @@ class InProcessExecutor:
     """Async tools run as tasks; plain functions in threads (so they run side by side).
 
     On cancel, an async tool's task is cancelled; a thread sees ``ctx.cancelled``
-    and has ``cancel_grace`` seconds to return before it is abandoned.
+    and has ``cancel_grace`` seconds to return before it is abandoned. Validate and
+    preview run on the event loop, as the tool's code before its execution.
     """
 
     def __init__(self, cancel_grace: float = 2.0) -> None:
         self.cancel_grace = cancel_grace
 
+    async def prepare(self, request: ExecutionRequest) -> ToolResult | None:
+        return await self._preflight(request, self._context(request))
+
     async def execute(self, request: ExecutionRequest) -> ToolResult:
-        spec, call, ctx = request.spec, request.call, request.context
-        token = ctx.cancel_token
-        changes: dict[str, Any] = {}
+        ctx = self._context(request)
+        if request.stage is Stage.FULL:
+            refused = await self._preflight(request, ctx)
+            if refused is not None:
+                return refused
+        return await self._execute(request, ctx)
+
+    @staticmethod
+    def _context(request: ExecutionRequest) -> ToolContext:
+        """The call's context with its limits (tools read some: spill_bytes…)."""
+        ctx = request.context
         if ctx.limits is None:
-            changes["limits"] = _limits(request.limits)
+            ctx = dataclasses.replace(ctx, limits=_limits(request.limits))
+        return ctx
+
+    @staticmethod
+    async def _preflight(request: ExecutionRequest, ctx: ToolContext) -> ToolResult | None:
+        """P6 and P7 (toolpool.preflight): a refusal, a failed preview, or None."""
+        spec, call = request.spec, request.call
+        try:
+            verdict = await spec.validate(call.arguments, ctx)
+        except Exception as exc:
+            return failed_as(call, exc, ErrorCode.VALIDATION_FAILED)
+        refused = refusal(call, verdict)
+        if refused is not None:
+            return refused
+        try:
+            preview = await spec.preview(call.arguments, ctx)
+        except Exception as exc:
+            return failed_as(call, exc, ErrorCode.PREVIEW_FAILED)
+        if preview is not None:
+            request.on_preview(*capped(preview))
+        return None
+
+    async def _execute(self, request: ExecutionRequest, ctx: ToolContext) -> ToolResult:
+        spec, call = request.spec, request.call
+        token = ctx.cancel_token
         if not spec.is_async:
-            changes["progress"] = _ThreadSafeProgress(ctx.progress, asyncio.get_running_loop())
-        if changes:
-            ctx = dataclasses.replace(ctx, **changes)  # one copy for both
+            progress = _ThreadSafeProgress(ctx.progress, asyncio.get_running_loop())
+            ctx = dataclasses.replace(ctx, progress=progress)
         loop = asyncio.get_running_loop()
         work: asyncio.Future[Any]
         if spec.is_async:

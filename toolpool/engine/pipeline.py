@@ -5,6 +5,10 @@
     through the middleware chain → the turn's output budget (L4: a result over its
     share is cut, before anyone sees it) → P11 tool_end, breaker accounting.
 
+P6, P7 and P10 are the tool's own code: they run in the executor, where the tool
+runs (a worker, SPEC L10), in one dispatch when no gate and no middleware stand
+between them, else as ``prepare`` before the gate and ``execute`` after it.
+
 Every step may end the call early, and an early end is a result, never an exception:
 ``run`` always returns a ToolResult and always emits exactly one ``tool_start`` and
 one ``tool_end`` for the call (P12).
@@ -30,6 +34,7 @@ from toolpool.engine.session import Session
 from toolpool.models import (
     ErrorCode,
     Event,
+    Stage,
     TextBlock,
     ToolCall,
     ToolEnd,
@@ -90,6 +95,8 @@ class Pipeline:
     ) -> None:
         self.registry = registry
         self.gate = gate
+        self._executor = executor
+        self._middlewares = tuple(middlewares)
         self._execute = build_chain(middlewares, executor.execute)
 
     async def run(
@@ -221,29 +228,32 @@ class Pipeline:
             return _invalid_arguments(call, check)
         call = ToolCall(call.id, call.name, check.arguments)  # (no arguments_error here)
         ctx = session.context(call, token, flight.progress)
-
-        try:  # P6
-            verdict = await spec.validate(call.arguments, ctx)
-        except Exception as exc:
-            result = _failed_as(call, exc, ErrorCode.VALIDATION_FAILED)
+        preview = _PreviewSeen(call, emit)
+        request = ExecutionRequest(spec, call, ctx, session.limits, Stage.FULL, preview)
+        # P6, P7 and P10 run where the tool runs (L10), in one dispatch when nothing
+        # stands between them: no gate waits for the preview, no middleware wraps
+        # the execution (a middleware that short-circuits must still come after P6).
+        if flight.gate is None and not self._middlewares:
+            try:
+                result = await self._execute(request)
+            except Exception as exc:  # an executor broke its contract
+                result = result_from_exception(call, exc)
             return _noted(result, check)
-        if not verdict.ok:
-            message = verdict.message or f'arguments for "{call.name}" failed validation'
-            result = ToolResult.error(
-                call, ErrorCode.VALIDATION_FAILED, message, {"validation_code": verdict.code}
-            )
-            return _noted(result, check)
 
-        try:  # P7
-            preview = await spec.preview(call.arguments, ctx)
-        except Exception as exc:
-            return _noted(_failed_as(call, exc, ErrorCode.PREVIEW_FAILED), check)
-        if preview is not None:
-            emit(ToolUpdate(call.id, call.name, UpdateKind.PREVIEW, preview))
+        if spec.has_validate or spec.has_preview:  # P6, P7
+            try:
+                staged = dataclasses.replace(request, stage=Stage.PREPARE)
+                refused = await self._executor.prepare(staged)
+            except Exception as exc:
+                refused = result_from_exception(call, exc)
+            if refused is not None:
+                return _noted(refused, check)
 
         if flight.gate is not None:  # P8
-            request = GateRequest(spec, call, spec.label(), preview, session.id)
-            decided = await _unless_cancelled(_ask(flight.gate, request), token)
+            gate_request = GateRequest(
+                spec, call, spec.label(), preview.value, session.id, preview.truncated
+            )
+            decided = await _unless_cancelled(_ask(flight.gate, gate_request), token)
             if decided is None:
                 return cancelled_result(call, token.source, token.cause)
             if not decided.allowed:
@@ -253,10 +263,27 @@ class Pipeline:
         if token.requested:
             return cancelled_result(call, token.source, token.cause)
         try:  # P9, P10
-            result = await self._execute(ExecutionRequest(spec, call, ctx, session.limits))
+            result = await self._execute(dataclasses.replace(request, stage=Stage.EXECUTE))
         except Exception as exc:  # a middleware or executor broke its contract
             result = result_from_exception(call, exc)
         return _noted(result, check)
+
+
+class _PreviewSeen:
+    """P7: the call's preview, emitted as its ``tool_update`` when it arrives (before
+    the tool executes) and kept for the gate."""
+
+    __slots__ = ("_call", "_emit", "truncated", "value")
+
+    def __init__(self, call: ToolCall, emit: EventSink) -> None:
+        self._call = call
+        self._emit = emit
+        self.value: Any = None
+        self.truncated = False
+
+    def __call__(self, value: Any, truncated: bool) -> None:
+        self.value, self.truncated = value, truncated
+        self._emit(ToolUpdate(self._call.id, self._call.name, UpdateKind.PREVIEW, value))
 
 
 def _shown(path: Path, session: Session) -> str:
@@ -288,11 +315,6 @@ async def _unless_cancelled(work: Awaitable[T], token: CancelToken) -> T | None:
         return task.result()
     task.cancel()
     return None
-
-
-def _failed_as(call: ToolCall, exc: Exception, code: ErrorCode) -> ToolResult:
-    """A tool's validate or preview raised: an error result under that step's code."""
-    return dataclasses.replace(result_from_exception(call, exc), error_code=code)
 
 
 def _invalid_arguments(call: ToolCall, check: ArgumentCheck) -> ToolResult:

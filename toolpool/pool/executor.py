@@ -2,8 +2,9 @@
 
 It replaces the in-process executor without any change to the pipeline or the
 scheduler: it turns an ExecutionRequest into an ``Execute`` message (with the limits
-of the call and the register stamps of the files it names), and the pool's outcome
-back into a ToolResult.
+of the call, the register stamps of the files it names and the stage: validate and
+preview run in the worker too, SPEC L10), and the pool's outcome back into a
+ToolResult.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from toolpool.cancel import CancelToken
 from toolpool.engine.executor import ExecutionRequest
 from toolpool.file_reads import FileReadRegister, apply_changes
-from toolpool.models import ErrorCode, ToolCall, ToolResult
+from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import cancelled_result
 from toolpool.pool.pool import WorkerPool
 from toolpool.pool.workers import OutcomeStatus, PoolOutcome
@@ -47,11 +48,21 @@ class PoolExecutor:
         return limits
 
     async def execute(self, request: ExecutionRequest) -> ToolResult:
+        result, _ = await self._run(request)
+        return result
+
+    async def prepare(self, request: ExecutionRequest) -> ToolResult | None:
+        """Validate and preview in a worker (stage "prepare"), under the call's limits."""
+        result, outcome = await self._run(request)
+        return None if outcome is not None and outcome.status is OutcomeStatus.PREPARED else result
+
+    async def _run(self, request: ExecutionRequest) -> tuple[ToolResult, PoolOutcome | None]:
         spec, call, ctx = request.spec, request.call, request.context
         try:
             limits = self.limits_for(request)
         except (ValueError, TypeError) as exc:
-            return ToolResult.error(call, ErrorCode.EXECUTION_FAILED, f"Invalid limits: {exc}")
+            error = ToolResult.error(call, ErrorCode.EXECUTION_FAILED, f"Invalid limits: {exc}")
+            return error, None
         network = limits.network or ctx.allow_network
         stamps = {}
         for path in spec.file_paths(call.arguments, ctx):
@@ -73,17 +84,21 @@ class PoolExecutor:
             limits.to_dict(),
             stamps,
             self.pool.ticket(),
+            request.stage,
         )
+        # Only validate and preview would run: no more read-only than they are.
+        holdable = request.stage is not Stage.PREPARE and spec.read_only(call.arguments)
         outcome = await self.pool.run(
             message,
             network=network,
             token=ctx.cancel_token,
             on_progress=ctx.progress,
             limits=limits,
-            holdable=spec.read_only(call.arguments),
+            holdable=holdable,
+            on_preview=request.on_preview,
         )
         apply_changes(ctx.files, outcome.stamps)
-        return self._result(call, outcome, ctx.cancel_token)
+        return self._result(call, outcome, ctx.cancel_token), outcome
 
     @staticmethod
     def _result(call: ToolCall, outcome: PoolOutcome, token: CancelToken) -> ToolResult:
@@ -114,6 +129,8 @@ class PoolExecutor:
                     ErrorCode.LIMIT_EXCEEDED,
                     f"The tool ran past its {outcome.cause} and was stopped.",
                 )
+            case OutcomeStatus.PREPARED:  # validate passed: no result of its own yet
+                return ToolResult(call.id, call.name, ())
             case _:
                 assert outcome.result is not None
                 result = ToolResult.from_dict(outcome.result)

@@ -155,6 +155,7 @@ class WorkerPool(Supervisor):
         on_progress: Callable[[Any], None],
         limits: Limits,
         holdable: bool = False,
+        on_preview: Callable[[Any, bool], None] | None = None,
     ) -> PoolOutcome:
         """Run ``execute`` on a worker; every way it can end is an outcome, not an
         exception (PoolError only when the pool itself cannot work). ``holdable``: the
@@ -180,6 +181,7 @@ class WorkerPool(Supervisor):
                 ticket=execute.ticket,
                 held=bool(worker.flights),
                 holdable=holdable,
+                on_preview=on_preview,
             )
             if flight.held:
                 worker.flights[0].behind = True

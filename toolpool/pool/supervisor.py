@@ -44,6 +44,7 @@ from toolpool.protocol import (
     Exited,
     Heartbeat,
     Message,
+    Preview,
     Progress,
     ProtocolError,
     Ready,
@@ -303,6 +304,9 @@ class Supervisor:
                 worker.rss = message.rss
             case Progress() if flight is not None and flight.call_id == message.call_id:
                 flight.on_progress(message.data)
+            case Preview() if flight is not None and flight.call_id == message.call_id:
+                if flight.on_preview is not None:
+                    flight.on_preview(message.data, message.truncated)
             case Result() if flight is not None and flight.call_id == message.call_id:
                 flights.popleft()
                 flight.answer(message)

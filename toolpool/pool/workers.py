@@ -102,6 +102,7 @@ class Flight:
     cancel_sent: bool = False  # a Cancel for it went out
     recalled: bool = False  # asked back (Cancel running=False) for an idle worker
     holdable: bool = False  # read-only: it may be held, and run again when in doubt
+    on_preview: Callable[[Any, bool], None] | None = None  # the worker's Preview (P7)
     # A call was held behind it: should the worker die, that one may have crashed it
     # after this one's Result was sent but before it left the process.
     behind: bool = False
@@ -180,9 +181,10 @@ def drop_flight(worker: Worker, flight: Flight) -> None:
 class OutcomeStatus(StrEnum):
     """How a call on the pool ended (``PoolOutcome.status``)."""
 
-    OK = CallStatus.OK.value  # the first three: as the worker answered
+    OK = CallStatus.OK.value  # the first four: as the worker answered
     ERROR = CallStatus.ERROR.value
     CANCELLED = CallStatus.CANCELLED.value  # or killed when it did not answer the cancel
+    PREPARED = CallStatus.PREPARED.value  # stage "prepare": validate passed (L10)
     LOST = "lost"  # the worker died or hung under it
     LIMIT = "limit"  # it ran past its wall time, or the kernel's OOM killer ended it
     UNSTARTED = "unstarted"  # cancelled before a worker took it

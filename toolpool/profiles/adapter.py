@@ -105,18 +105,22 @@ class Adapter:
         spec, routed = self.route(args)
         return spec.call_limits(routed)
 
-    async def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
+    # Plain functions, as the built-ins' are (an adapter delegates to plain tools
+    # only): a worker runs them without an event loop.
+    def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
         spec, routed = self._checked(args)
         with self._rewording(args):
-            verdict = await spec.validate(routed, ctx)
+            verdict = spec.validate_now(routed, ctx)
+        if not isinstance(verdict, ValidationResult):
+            raise TypeError(f"{spec.name}: validate returned {type(verdict).__name__}")
         if verdict.ok:
             return verdict
         return ValidationResult.failed(self.reworded(verdict.message, args), verdict.code)
 
-    async def preview(self, args: Arguments, ctx: ToolContext) -> Any:
+    def preview(self, args: Arguments, ctx: ToolContext) -> Any:
         spec, routed = self._checked(args)
         with self._rewording(args):
-            return await spec.preview(routed, ctx)
+            return spec.preview_now(routed, ctx)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> Any:
         spec, routed = self._checked(args)

@@ -189,7 +189,8 @@ class Steer:
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """Daemon → client: the gate asks (P8). Answer: ``ApprovalReply`` within
-    ``timeout`` seconds, or the call is denied."""
+    ``timeout`` seconds, or the call is denied. ``preview_truncated``: the preview
+    was cut at its cap, and its text ends saying so (L10)."""
 
     type: ClassVar[MessageType] = MessageType.APPROVAL_REQUEST
     approval_id: str
@@ -201,6 +202,7 @@ class ApprovalRequest:
     read_only: bool
     permissions: list[str]
     timeout: float
+    preview_truncated: bool = field(default=False, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

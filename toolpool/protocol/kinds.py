@@ -35,6 +35,7 @@ class MessageType(StrEnum):
     READY = "ready"
     EXECUTE = "execute"
     PROGRESS = "progress"
+    PREVIEW = "preview"
     RESULT = "result"
     HEARTBEAT = "heartbeat"
     SHUTDOWN = "shutdown"

@@ -42,6 +42,7 @@ from toolpool.protocol.wire import (
     Execute,
     Exited,
     Heartbeat,
+    Preview,
     Progress,
     Ready,
     Result,
@@ -58,6 +59,7 @@ Message: TypeAlias = (
     Ready
     | Execute
     | Progress
+    | Preview
     | Result
     | Heartbeat
     | Shutdown

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from toolpool.models import Stage
+from toolpool.protocol.fields import OMITTED_AT_DEFAULT
 from toolpool.protocol.kinds import PROTOCOL_VERSION, MessageType
 
 
@@ -19,6 +21,7 @@ class CallStatus(StrEnum):
     OK = "ok"
     ERROR = "error"  # the result is an error (the tool's failure, a limit…)
     CANCELLED = "cancelled"  # the cancel signal stopped it
+    PREPARED = "prepared"  # stage "prepare": validate passed, the preview was sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,11 @@ class Execute:
     answered within the pool's ``cancel_grace``.
 
     ``stamps`` holds the file-read register entries of the files the call names
-    (FileTool.file_paths); ``limits`` a ``Limits`` dict.
+    (FileTool.file_paths); ``limits`` a ``Limits`` dict. ``stage`` says what of the
+    tool runs (SPEC L10): "full" its validate, its preview (sent as a ``Preview``
+    before the tool executes) and its execute; "prepare" validate and preview only,
+    answered by a ``Result`` of status "prepared" when validate passed (or by the
+    refusal); "execute" the tool alone (validate and preview ran before the gate).
     """
 
     type: ClassVar[MessageType] = MessageType.EXECUTE
@@ -75,6 +82,7 @@ class Execute:
     limits: dict[str, Any]
     stamps: dict[str, dict[str, Any]] = field(default_factory=dict)
     ticket: int = 0
+    stage: Stage = field(default=Stage.FULL, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,18 @@ class Progress:
     type: ClassVar[MessageType] = MessageType.PROGRESS
     call_id: str
     data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """Worker → pool, at most once per call, before its tool executes: the call's
+    preview (SPEC P7), cut at its cap (``truncated``), made in the worker under the
+    call's limits (L10). No answer."""
+
+    type: ClassVar[MessageType] = MessageType.PREVIEW
+    call_id: str
+    data: Any
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

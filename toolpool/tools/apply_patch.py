@@ -53,7 +53,8 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, Freshness, content_hash
-from toolpool.tool import Arguments, ToolContext, ValidationResult
+from toolpool.preflight import cut_note
+from toolpool.tool import Arguments, Preview, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
 from toolpool.tools.near_miss import whitespace_match
@@ -603,19 +604,22 @@ def _file_diff(file: _File) -> str:
     return _retitled(diff, minus=minus) or f"{minus}\n{_headers(file.shown)[1]}\n"
 
 
-def _preview(changes: list[_File]) -> str:
+def _preview(changes: list[_File]) -> Preview:
     diffs: list[str] = []
     size = 0
+    cut = False
     for count, file in enumerate(changes):
         if file.moved_away:
             continue  # shown by its destination's diff
         diff = _file_diff(file)
         if size + len(diff) > MAX_DIFF_CHARS and diffs:
             diffs.append(f"… {len(changes) - count} more files not shown\n")
+            cut = True
             break
         diffs.append(diff)
         size += len(diff)
-    return "".join(diffs)
+        cut = cut or diff.endswith(cut_note(MAX_DIFF_CHARS))
+    return Preview("".join(diffs), cut)
 
 
 def _summary(changes: list[_File]) -> str:
@@ -695,7 +699,7 @@ class ApplyPatchTool:
         except ToolError as exc:
             return ValidationResult.failed(exc.message, exc.details.get("validation_code", 1))
 
-    def preview(self, args: Arguments, ctx: ToolContext) -> str:
+    def preview(self, args: Arguments, ctx: ToolContext) -> Preview:
         """The unified diff of every file the patch changes."""
         with self._planned(args, ctx, contents=True) as plan:
             return _preview(plan.changes())

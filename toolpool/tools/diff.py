@@ -1,8 +1,9 @@
 """Unified diffs: the preview (SPEC P7) of edit and write, for UIs and gates.
 
-The text is ``difflib.unified_diff``'s (3 lines of context), byte for byte. The
-daemon computes it for every edit and write before the call goes to a worker, so
-it is not computed the way difflib does, over the whole file: a new file is all
+The text is ``difflib.unified_diff``'s (3 lines of context), byte for byte, cut at
+``MAX_DIFF_CHARS`` with ``preflight.cut_note``. The call's worker computes it for
+every edit and write, before the gate, so it is not computed the way difflib does,
+over the whole file: a new file is all
 added lines, and otherwise ``diff_windows`` finds difflib's matching lines from the
 windows that changed (an edit knows its replacements; a write finds the common
 start and end) and falls back to difflib only when it cannot prove the result.
@@ -11,12 +12,13 @@ start and end) and falls back to difflib only when it cannot prove the result.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
+from toolpool.preflight import PREVIEW_CHARS, cut_note
 from toolpool.tools.diff_windows import CONTEXT, LineMatch, lines_of, match_lines
 
 # A preview travels as an event to every client; past this size it says so and stops.
-MAX_DIFF_CHARS = 100_000
+MAX_DIFF_CHARS = PREVIEW_CHARS
 _NO_NEWLINE = "\\ No newline at end of file\n"
 
 
@@ -48,20 +50,29 @@ def unified_diff(old: str, new: str, name: str, *, created: bool = False) -> str
 
 
 def replacement_diff(
-    old: str, new: str, starts: Sequence[int], removed: int, added: int, name: str
+    old: str, new: str, starts: Iterable[int], removed: int, added: int, name: str
 ) -> str:
     """The same as ``unified_diff(old, new, name)`` when ``new`` is ``old`` with the
-    ``removed`` characters at each of ``starts`` replaced by ``added`` characters
-    (an edit), in time that grows with the replaced lines rather than the file."""
-    regions = []
+    ``removed`` characters at each of ``starts`` (increasing) replaced by ``added``
+    characters (an edit), in time that grows with the replaced lines rather than the
+    file: replacements in a line already taken cost no search."""
+    regions: list[tuple[int, int, int, int]] = []
     shift = 0
     for start in starts:
+        grown = shift + added - removed
+        if regions:
+            a_at, a_end, b_at, _ = regions[-1]
+            # Its line's end is the last region's: the newline that ends that region
+            # comes after this replacement (or the text has no newline after either).
+            if start + removed < a_end or a_end == len(old):
+                regions[-1] = (a_at, a_end, b_at, a_end + grown)
+                shift = grown
+                continue
         # From the line the replacement starts in to the first newline after it: a
         # line start in both texts (a replaced newline may join the next line).
         a_at = old.rfind("\n", 0, start) + 1
         newline = old.find("\n", start + removed)
         a_end = len(old) if newline == -1 else newline + 1
-        grown = shift + added - removed
         regions.append((a_at, a_end, a_at + shift, a_end + grown))
         shift = grown
     return _diff(old, new, regions, _header("a", name), name)
@@ -207,7 +218,7 @@ def _cut(lines: Iterable[str]) -> str:
         # difflib leaves a last line without its newline as it is; say so as diff does.
         text = line if line.endswith("\n") else f"{line}\n{_NO_NEWLINE}"
         if size + len(text) > MAX_DIFF_CHARS:
-            out.append(f"… diff cut at {MAX_DIFF_CHARS} characters\n")
+            out.append(cut_note(MAX_DIFF_CHARS))
             break
         out.append(text)
         size += len(text)

@@ -4,11 +4,13 @@ by the read-before-write invariant (F3) and renewing its stamp after (F5)."""
 from __future__ import annotations
 
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from toolpool.errors import ToolError
+from toolpool.models import ErrorCode
+from toolpool.sandbox.limits import Limits
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import replacement_diff
@@ -25,6 +27,7 @@ from toolpool.tools.stamps import (
 from toolpool.tools.suggest import missing_file_message, similar_names
 from toolpool.tools.text import TextDocument, cut_line, line_of, split_lines
 
+_DEFAULT_LIMITS = Limits()
 # Lines of context around the change in the result, so the model can check it.
 _SNIPPET_CONTEXT = 3
 _MAX_SNIPPET_LINES = 30
@@ -63,18 +66,24 @@ class EditPlan:
     old_text: str
     new_text: str
     data: bytes  # the new file bytes, BOM and line endings restored
-    starts: tuple[int, ...]  # of each replaced occurrence, in old_text
+    first: int  # where the first replaced occurrence starts, in old_text
+    count: int  # occurrences replaced
     old: str  # old_string and new_string as matched and written (LF in a CRLF file)
     new: str
 
-    @property
-    def count(self) -> int:
-        return len(self.starts)
+    def starts(self) -> Iterator[int]:
+        """Where each replaced occurrence starts in ``old_text``, left to right (where
+        ``str.replace`` replaces): made when the diff needs them, one at a time — a
+        replace_all may replace millions."""
+        at = self.first
+        for _ in range(self.count):
+            yield at
+            at = self.old_text.find(self.old, at + len(self.old))
 
     @property
     def first_line(self) -> int:
         """The line of the first replacement, in the new text."""
-        return line_of(self.new_text, self.starts[0])
+        return line_of(self.new_text, self.first)
 
     @property
     def last_line(self) -> int:
@@ -83,13 +92,33 @@ class EditPlan:
     def diff(self, shown: str) -> str:
         """The unified diff of the edit (its preview)."""
         return replacement_diff(
-            self.old_text, self.new_text, self.starts, len(self.old), len(self.new), shown
+            self.old_text, self.new_text, self.starts(), len(self.old), len(self.new), shown
         )
 
 
-def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
+def edited_size(data: bytes, doc: TextDocument, old: str, new: str, count: int) -> int:
+    """The size in bytes of the file ``data`` once ``count`` occurrences of ``old``
+    are ``new`` (``len + count × (len(new) − len(old))``, in the file's encoding and
+    line endings) — known before the new text is built."""
+    growth = len(new.encode("utf-8", "surrogatepass")) - len(old.encode("utf-8", "surrogatepass"))
+    if doc.crlf:
+        growth += new.count("\n") - old.count("\n")
+    return len(data) + count * growth
+
+
+def too_big(size: int, max_bytes: int, shown: str) -> ToolError:
+    return ToolError(
+        f"The edit would make {shown} {size:,} bytes, more than the file size limit of "
+        f"{max_bytes:,} bytes (file_size_bytes); nothing was changed.",
+        code=ErrorCode.LIMIT_EXCEEDED.value,
+    )
+
+
+def plan_edit(data: bytes, args: Arguments, shown: str, max_bytes: int) -> EditPlan:
     """Apply the edit to ``data`` (the file ``shown``) in memory; a ToolError that
-    helps when old_string is missing, ambiguous, or the arguments make no sense."""
+    helps when old_string is missing, ambiguous, or the arguments make no sense, or
+    when the edited file would be over ``max_bytes`` (refused before it is built:
+    a few bytes of arguments can ask for gigabytes, SPEC L11)."""
     problem = argument_problem(args)
     if problem:
         raise ToolError(problem)
@@ -111,9 +140,9 @@ def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
             f"{_match_lines(doc.text, old)}). Add surrounding lines to old_string to "
             "pick one, or set replace_all to true to replace every one."
         )
-    starts = [doc.text.index(old)]
-    while len(starts) < count:  # replace_all: where str.replace replaces, left to right
-        starts.append(doc.text.index(old, starts[-1] + len(old)))
+    size = edited_size(data, doc, old, new, count if replace_all else 1)
+    if size > max_bytes:
+        raise too_big(size, max_bytes, shown)
     new_text = doc.text.replace(old, new, -1 if replace_all else 1)
     try:
         new_data = doc.encode(new_text)
@@ -121,7 +150,7 @@ def plan_edit(data: bytes, args: Arguments, shown: str) -> EditPlan:
         raise ToolError(
             "new_string is not valid Unicode text (it holds a lone surrogate)."
         ) from None
-    return EditPlan(doc.text, new_text, new_data, tuple(starts), old, new)
+    return EditPlan(doc.text, new_text, new_data, doc.text.index(old), count, old, new)
 
 
 def _match_lines(text: str, old: str) -> str:
@@ -178,14 +207,16 @@ class EditTool(FileWritingTool):
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff the edit would make."""
+        limit = max_file_bytes(ctx)
         plan, shown = planned(
-            args["path"], ctx, lambda data, shown: plan_edit(data, args, shown), self.name
+            args["path"], ctx, lambda data, shown: plan_edit(data, args, shown, limit), self.name
         )
         return plan.diff(shown)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
+        limit = max_file_bytes(ctx)
         plan, shown = write_planned(
-            args["path"], ctx, lambda data, shown: plan_edit(data, args, shown), self.name
+            args["path"], ctx, lambda data, shown: plan_edit(data, args, shown, limit), self.name
         )
         return _summary(plan, shown)
 
@@ -202,6 +233,11 @@ class Planned(Protocol):
 
 P = TypeVar("P", bound=Planned)
 Planner = Callable[[bytes, str], P]  # (the file's bytes, its shown name) -> the plan
+
+
+def max_file_bytes(ctx: ToolContext) -> int:
+    """The largest file this call may make: its ``file_size_bytes`` limit."""
+    return (ctx.limits or _DEFAULT_LIMITS).file_size_bytes
 
 
 def validate_target(raw: str, ctx: ToolContext, problem: str | None, tool: str) -> ValidationResult:

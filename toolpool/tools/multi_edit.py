@@ -18,7 +18,9 @@ from toolpool.tools.diff import unified_diff
 from toolpool.tools.edit import (
     EditPlan,
     EditTool,
+    Planner,
     argument_problem,
+    max_file_bytes,
     plan_edit,
     planned,
     validate_target,
@@ -59,15 +61,20 @@ class MultiEditPlan:
         return unified_diff(self.steps[0].old_text, self.steps[-1].new_text, shown)
 
 
-def plan_edits(data: bytes, edits: list[dict[str, Any]], shown: str) -> MultiEditPlan:
+def plan_edits(
+    data: bytes, edits: list[dict[str, Any]], shown: str, max_bytes: int
+) -> MultiEditPlan:
     """Apply ``edits`` in order to ``data`` (the file ``shown``) in memory; a ToolError
-    naming the first edit that fails (``edits[i]: …``), with edit's own message."""
+    naming the first edit that fails (``edits[i]: …``), with edit's own message —
+    one that would make the file larger than ``max_bytes`` among them, refused
+    before its text is built (each step grows the text the next one edits)."""
     steps: list[EditPlan] = []
     for index, edit in enumerate(edits):
         try:
-            step = plan_edit(data, edit, shown)
+            step = plan_edit(data, edit, shown, max_bytes)
         except ToolError as exc:
-            raise ToolError(f"edits[{index}]: {exc.message}{_changed_by(steps, edit)}") from None
+            message = f"edits[{index}]: {exc.message}{_changed_by(steps, edit)}"
+            raise ToolError(message, details=exc.details, code=exc.code) from None
         steps.append(step)
         data = step.data
     return MultiEditPlan(tuple(steps))
@@ -149,16 +156,17 @@ class MultiEditTool(FileWritingTool):
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff of all the edits together."""
-        plan, shown = planned(
-            args["path"], ctx, lambda data, shown: plan_edits(data, args["edits"], shown), self.name
-        )
+        plan, shown = planned(args["path"], ctx, _planner(args, ctx), self.name)
         return plan.diff(shown)
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
-        plan, shown = write_planned(
-            args["path"], ctx, lambda data, shown: plan_edits(data, args["edits"], shown), self.name
-        )
+        plan, shown = write_planned(args["path"], ctx, _planner(args, ctx), self.name)
         return _summary(plan, shown)
+
+
+def _planner(args: Arguments, ctx: ToolContext) -> Planner[MultiEditPlan]:
+    limit = max_file_bytes(ctx)
+    return lambda data, shown: plan_edits(data, args["edits"], shown, limit)
 
 
 multi_edit_tool = MultiEditTool()

@@ -258,14 +258,24 @@ def arguments_problem(args: Arguments) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
 class NotebookPlan:
-    """A cell edit worked out in memory: the notebook's JSON before and after."""
+    """A cell edit worked out in memory: the changed cell's source before and after
+    (its preview diffs those, SPEC F7) and the notebook's new bytes, serialised when
+    first asked for — a preview never needs them (a notebook's JSON can be megabytes)."""
 
-    old_text: str
-    new_text: str
-    data: bytes
-    summary: str
+    def __init__(
+        self, nb: NotebookNode, eol: bool, cell: str, before: str, after: str, summary: str
+    ) -> None:
+        self._nb = nb
+        self._eol = "\n" if eol else ""  # the file ended with a newline: it still does
+        self.cell = cell  # the cell's name as read shows it
+        self.before = before
+        self.after = after
+        self.summary = summary
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        return (_nbformat().writes(self._nb) + self._eol).encode("utf-8")
 
 
 def plan_notebook_edit(data: bytes, args: Arguments, shown: str) -> NotebookPlan:
@@ -298,15 +308,18 @@ def plan_notebook_edit(data: bytes, args: Arguments, shown: str) -> NotebookPlan
             cell = nb.cells.pop(index)
             left = len(nb.cells)
             summary = f"Deleted {cell.cell_type} cell {ids[index]} from {shown}; {left} left.{note}"
+            name, before, after = ids[index], _source(cell), ""
         case "insert":
             cell = _new_cell(args["cell_type"], source, nb, ids)
             nb.cells.insert(index + 1, cell)
             where = f"after cell {ids[index]}" if index >= 0 else "at the top"
             name = cell.get("id") or f"cell-{index + 1}"
             summary = f"Inserted {args['cell_type']} cell {name} {where} of {shown}.{note}"
+            before, after = "", source
         case _:
             old = nb.cells[index]
             kind = args.get("cell_type", old.cell_type)
+            before = _source(old)
             cell = _new_cell(kind, source, nb, ids) if kind != old.cell_type else old
             cell.source = source
             if "id" in old:
@@ -319,9 +332,8 @@ def plan_notebook_edit(data: bytes, args: Arguments, shown: str) -> NotebookPlan
                 cell.execution_count = None
             nb.cells[index] = cell
             summary = f"Replaced the source of {kind} cell {ids[index]} in {shown}.{cleared}"
-    old_text = data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
-    new_text = _nbformat().writes(nb) + ("\n" if old_text.endswith("\n") else "")
-    return NotebookPlan(old_text, new_text, new_text.encode("utf-8"), summary)
+            name, after = ids[index], source
+    return NotebookPlan(nb, data.endswith(b"\n"), name, before, after, summary)
 
 
 def _find(nb: NotebookNode, ids: list[str], wanted: str, shown: str) -> int:

@@ -81,11 +81,12 @@ class NotebookEditTool(FileWritingTool):
         return validate_target(args["path"], ctx, problem, self.name)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
-        """The unified diff of the notebook's JSON."""
+        """The unified diff of the changed cell's source (``path#cell``), not of the
+        notebook's JSON: what the edit changes, at a cost of that cell's size."""
         plan, shown = planned(
             args["path"], ctx, lambda data, shown: plan_notebook_edit(data, args, shown), self.name
         )
-        return unified_diff(plan.old_text, plan.new_text, shown)
+        return unified_diff(plan.before, plan.after, f"{shown}#{plan.cell}")
 
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
         plan, _ = write_planned(

@@ -20,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import errno
 import importlib
+import inspect
 import io
 import os
 import resource
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -37,15 +38,16 @@ import msgpack
 from toolpool.background import BackgroundShells
 from toolpool.cancel import Cancelled, CancelSource, CancelToken
 from toolpool.file_reads import RecordingRegister
-from toolpool.models import ErrorCode, ToolCall, ToolResult
+from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import result_from_exception, result_from_output
-from toolpool.protocol import CallContext, CallStatus, Execute, Progress, Result
-from toolpool.registry import ToolRegistry
+from toolpool.preflight import capped, failed_as, not_a_verdict, refusal
+from toolpool.protocol import CallContext, CallStatus, Execute, Preview, Progress, Result
+from toolpool.registry import ToolRegistry, ToolSpec
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
-from toolpool.tool import ToolContext
+from toolpool.tool import ToolContext, ValidationResult
 from toolpool.worker.channel import Channel
 from toolpool.worker.shells import WorkerShells
 from toolpool.worker.watch import CallWatch, stopped_by_limit
@@ -235,13 +237,18 @@ class Runner:
             self._running = _Running(message.ticket)
             if self._early_cancel == message.ticket:
                 raise Cancelled(CancelSource.ABORT)
-            if spec.is_async:
-                output = self._run_async(spec.execute_fn(call.arguments, ctx))
+            refused = None if message.stage is Stage.EXECUTE else self._preflight(spec, call, ctx)
+            if refused is not None:
+                result = refused
+            elif message.stage is Stage.PREPARE:
+                status = CallStatus.PREPARED
+                result = ToolResult(call.id, call.name, ())
+            elif spec.is_async:
+                result = result_from_output(call, self._now(spec.execute_fn(call.arguments, ctx)))
             else:
-                output = spec.execute_fn(call.arguments, ctx)
+                result = result_from_output(call, spec.execute_fn(call.arguments, ctx))
             self._running = None
             printed.flush()
-            result = result_from_output(call, output)
         except _cancel_errors():
             self._running = None
             token.cancel(CancelSource.ABORT)  # the tool's own threads look at it
@@ -284,8 +291,8 @@ class Runner:
                 self._watch.rebase()
         if stopped is not None and result.error_code is not ErrorCode.LIMIT_EXCEEDED:
             result = stopped_by_limit(call, result, limits, *stopped)
-        if status is CallStatus.OK and result.is_error:
-            status = CallStatus.ERROR
+        if status in (CallStatus.OK, CallStatus.PREPARED) and result.is_error:
+            status = CallStatus.ERROR  # a limit met while it prepared, too
         if self._shells.details:  # a background shell started, read or ended: which
             details = {**result.details, **self._shells.details}
             result = dataclasses.replace(result, details=details)
@@ -310,6 +317,40 @@ class Runner:
                 f"{limits.output_bytes} bytes. Ask for less (a narrower query, an offset).",
             ).to_dict()
         return Result(call.id, status, payload, usage, files.changes_dict())
+
+    def _preflight(self, spec: ToolSpec, call: ToolCall, ctx: ToolContext) -> ToolResult | None:
+        """P6 and P7 here, under the call's limits (SPEC L10): the refusal or the failed
+        preview that ends the call, or None — the preview, cut at its cap, sent ahead
+        of the call's execution. A limit met on the way is the call's limit."""
+        try:
+            verdict = self._now(spec.validate_now(call.arguments, ctx))
+            if not isinstance(verdict, ValidationResult):
+                raise not_a_verdict(verdict)
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return failed_as(call, exc, ErrorCode.VALIDATION_FAILED)
+        refused = refusal(call, verdict)
+        if refused is not None:
+            return refused
+        try:
+            preview = self._now(spec.preview_now(call.arguments, ctx))
+        except MemoryError:
+            raise
+        except Exception as exc:
+            return failed_as(call, exc, ErrorCode.PREVIEW_FAILED)
+        if preview is not None:
+            data, truncated = capped(preview)
+            self.channel.send(Preview(call.id, data, truncated))
+        return None
+
+    def _now(self, value: Any) -> Any:
+        """``value``, or what it resolves to when it is awaitable (an async tool's)."""
+        if not inspect.isawaitable(value):
+            return value
+        if inspect.iscoroutine(value):
+            return self._run_async(value)
+        return self._run_async(_awaited(value))
 
     def _run_async(self, work: Any) -> Any:
         if self._loop is None:
@@ -343,6 +384,10 @@ class _Places:
     def of(cls, context: CallContext) -> _Places:
         scratch = None if context.scratch_dir is None else Path(context.scratch_dir)
         return cls(Path(context.workspace), tuple(Path(p) for p in context.extra_roots), scratch)
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 def tool_context(
