@@ -21,16 +21,24 @@ peak memory are the worker's for the call (absent for a call that never reached 
 is null for a call that ended before the gate (a validation failure, a stop); ``by``
 says who decided: ``"no gate"`` (the session's gate is "allow"), ``"read-only"``,
 ``"policy rule N"``, ``"client"``, ``"timeout"``.
+
+The file is the daemon's own (SPEC R6): its directory is opened once, and the file,
+each rotation's renames and each new file go through that directory's fd, the file
+``O_NOFOLLOW`` and used only once ``fstat`` of the open fd shows a regular file of the
+daemon's user with one link, made 0600. A path that fails this at start stops the start
+(``AuditLogRefused``); at a rotation, the lines go on into the file already open.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 from datetime import UTC, datetime
@@ -38,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolpool.engine.gate import GateDecision
+from toolpool.errors import ToolpoolError
 from toolpool.models import ToolEnd, ToolStart
 
 log = logging.getLogger(__name__)
@@ -57,10 +66,76 @@ def arguments_hash(arguments: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class AuditLogRefused(ToolpoolError):
+    """The audit log's path holds what the daemon must not write to (SPEC R6): a
+    symbolic link, something that is not a regular file, another user's file, a file
+    with a second name. The message says which ("it is a symbolic link, …"), to
+    follow the path."""
+
+
+# O_NOFOLLOW: a symlink at the path, dangling or not, is ELOOP, never followed nor
+# created through. O_NONBLOCK: a FIFO there fails the open (ENXIO) instead of holding
+# the daemon until someone reads it. O_NOCTTY: a terminal there never becomes ours.
+_OPEN_FLAGS = (
+    os.O_WRONLY
+    | os.O_APPEND
+    | os.O_CREAT
+    | os.O_NOFOLLOW
+    | os.O_NONBLOCK
+    | os.O_NOCTTY
+    | os.O_CLOEXEC
+)
+# O_PATH: the directory's fd names it for openat/renameat/unlinkat and needs no read
+# permission on it.
+_DIRECTORY_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_MODE = 0o600  # the arguments (or their hashes) are the user's business
+
+
+def _open_log_file(dir_fd: int, name: str) -> int:
+    """An fd appending to ``name`` in the directory ``dir_fd`` (made if absent), once
+    it is known to be a regular file of this process's user with one link; its mode is
+    then 0600, whatever it was. Raises AuditLogRefused, or OSError when it cannot be
+    opened at all (a directory, no permission)."""
+    try:
+        fd = os.open(name, _OPEN_FLAGS, _MODE, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise AuditLogRefused(
+                "it is a symbolic link, and an audit log is never written through one"
+            ) from None
+        if exc.errno == errno.ENXIO:
+            raise AuditLogRefused("it is not a regular file (a FIFO or a socket)") from None
+        raise
+    try:
+        # The fd's own stat, not the path's: what is checked is what is written to.
+        problem = _not_ours(os.fstat(fd))
+        if problem:
+            raise AuditLogRefused(problem)
+        os.set_blocking(fd, True)
+        os.fchmod(fd, _MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _not_ours(st: os.stat_result) -> str | None:
+    """Why a file opened as the log may not be it, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to the daemon's user (uid {os.geteuid()})"
+    if st.st_nlink != 1:
+        # A second name (a hard link planted here) may be any file of ours elsewhere.
+        return f"it has {st.st_nlink} links, not one: it may be another file under a second name"
+    return None
+
+
 class AuditLog:
     """An append-only JSON-lines file, written by its own thread, rotated by size:
     ``PATH`` is renamed ``PATH.1`` (``PATH.1`` to ``PATH.2`` …, ``backups`` kept)
-    once it holds ``max_bytes``."""
+    once it holds ``max_bytes``. Raises AuditLogRefused (or OSError) when ``path``
+    cannot be the log (SPEC R6)."""
 
     def __init__(
         self, path: Path, *, max_bytes: int, backups: int, arguments: bool = False
@@ -70,14 +145,25 @@ class AuditLog:
         self.backups = backups
         self.arguments = arguments
         self._queue: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
-        self._file = self._open()  # here, so that a path it cannot write fails the start
+        self._rotation_stopped: str | None = None  # why, once a rotation failed
+        # Here, so that a path it cannot write fails the start. The directory's fd is
+        # kept: every rotation renames and creates in the directory checked now.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._dir_fd = os.open(path.parent, _DIRECTORY_FLAGS)
+        try:
+            self._file = self._open()
+        except BaseException:
+            os.close(self._dir_fd)
+            raise
         self._thread = threading.Thread(target=self._run, name="toolpool-audit", daemon=True)
         self._thread.start()
 
+    def __repr__(self) -> str:
+        rotation = self._rotation_stopped or f"rotated at {self.max_bytes} bytes"
+        return f"<AuditLog {self.path}: {rotation}, {self.backups} backups>"
+
     def _open(self) -> IO[str]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # 0600: the arguments (or their hashes) are the user's business.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = _open_log_file(self._dir_fd, self.path.name)
         return os.fdopen(fd, "a", encoding="utf-8")
 
     def write(self, record: Record) -> None:
@@ -101,6 +187,7 @@ class AuditLog:
             log.exception("the audit log %s failed; no more lines are written", self.path)
         finally:
             self._file.close()
+            os.close(self._dir_fd)
 
     def _batch(self) -> list[Record | None]:
         """The next record, and those that come within ``BATCH_SECONDS`` of it: one
@@ -119,7 +206,7 @@ class AuditLog:
             if record is _STOP:
                 return True
             self._file.write(self._line(record))
-            if self._file.tell() >= self.max_bytes:
+            if self._rotation_stopped is None and self._file.tell() >= self.max_bytes:
                 self._rotate()
         return False
 
@@ -131,16 +218,44 @@ class AuditLog:
         return json.dumps(line, ensure_ascii=False, default=str) + "\n"
 
     def _rotate(self) -> None:
+        """``PATH`` becomes ``PATH.1`` and a new ``PATH`` begins, all through the
+        directory's fd; with no backups, ``PATH.1`` goes once the new file is open."""
+        try:
+            self._shift()
+            new = self._open()
+        except (OSError, AuditLogRefused) as exc:
+            # Between the rename and the new file, whoever may write in the directory
+            # can plant a link or a FIFO at PATH. Two ways on: stop writing, or keep
+            # writing to the file open, ours and checked when it was opened (now PATH.1,
+            # or PATH if the renames failed). Stopping would hand the planter an off
+            # switch for the record; going on loses no line and writes none through the
+            # link, at the cost of a file past max_bytes until the daemon starts again.
+            why = str(exc) if isinstance(exc, OSError) else f"the new {self.path.name}: {exc}"
+            self._rotation_stopped = f"rotation stopped ({why})"
+            log.error(
+                "the audit log %s was not rotated (%s): its lines go on into the file "
+                "already open, no longer rotated, until the daemon starts again",
+                self.path,
+                why,
+            )
+            return
         self._file.close()
+        self._file = new
         if self.backups == 0:
-            self.path.unlink(missing_ok=True)
-        else:
-            for n in range(self.backups - 1, 0, -1):
-                older = self.path.with_name(f"{self.path.name}.{n}")
-                if older.exists():
-                    older.replace(self.path.with_name(f"{self.path.name}.{n + 1}"))
-            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        self._file = self._open()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path.name}.1", dir_fd=self._dir_fd)
+
+    def _shift(self) -> None:
+        """``PATH.n`` to ``PATH.n+1`` (the last backup replaced), ``PATH`` to ``PATH.1``.
+        A rename moves a symlink, never what it points to."""
+        name = self.path.name
+        fds = {"src_dir_fd": self._dir_fd, "dst_dir_fd": self._dir_fd}
+        for n in range(self.backups - 1, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(f"{name}.{n}", f"{name}.{n + 1}", **fds)
+        # PATH gone (removed under us): its lines went with it; a new one begins.
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(name, f"{name}.1", **fds)
 
 
 def _gate(decision: GateDecision | None) -> dict[str, str]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from toolpool.daemon import logs
-from toolpool.daemon.audit import AuditLog
+from toolpool.daemon.audit import AuditLog, AuditLogRefused
 from toolpool.daemon.config import DaemonConfig, tool_registry
 from toolpool.daemon.server import Server, curve_keys, is_loopback
 from toolpool.engine.coordinator import Coordinator
@@ -269,8 +269,11 @@ def _ignored() -> None:
 
 
 def _open_audit_log(config: DaemonConfig) -> AuditLog | None:
+    """The audit log, or a DaemonError of one line naming the setting, the path and
+    why it cannot be the log (SPEC R6, E2)."""
     if config.audit_log is None:
         return None
+    setting = f"audit_log = {str(config.audit_log)!r}"
     try:
         return AuditLog(
             config.audit_log,
@@ -278,8 +281,12 @@ def _open_audit_log(config: DaemonConfig) -> AuditLog | None:
             backups=config.audit_backups,
             arguments=config.audit_arguments,
         )
+    except AuditLogRefused as exc:
+        raise DaemonError(
+            f"{setting}: {exc}; remove what is there, or set audit_log to another path"
+        ) from exc
     except OSError as exc:
-        raise DaemonError(f"cannot open the audit log {config.audit_log}: {exc}") from exc
+        raise DaemonError(f"{setting}: it cannot be opened: {exc.strerror or exc}") from exc
 
 
 def _start_authenticator(
