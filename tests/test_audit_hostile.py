@@ -94,6 +94,22 @@ def test_R6_a_symlink_planted_at_the_path_is_refused_and_its_target_untouched(
 
 
 @pytest.mark.spec("R6")
+def test_R6_a_line_a_crash_cut_does_not_swallow_the_next_record(tmp_path: Path) -> None:
+    # Given a log whose last line a SIGKILL cut mid-write
+    path = tmp_path / "audit.log"
+    whole = json.dumps({"call": "before", "session": "s", "tool": "noop"})
+    path.write_text(whole + "\n" + whole[:20])
+    # When the next daemon's log writes a record
+    log = open_log(path)
+    log.write(record(1))
+    log.close()
+    # Then that record is read back: the cut line alone is lost
+    printed: list[str] = []
+    assert print_audit(path, raw=True, out=printed.append) == 2
+    assert [json.loads(line)["call"] for line in printed] == ["before", "1"]
+
+
+@pytest.mark.spec("R6")
 def test_R6_a_hard_linked_log_is_refused(tmp_path: Path) -> None:
     # Given a second name for a file of the daemon's user, planted at the path
     target = plant_target(tmp_path)

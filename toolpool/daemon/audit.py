@@ -76,8 +76,9 @@ class AuditLogRefused(ToolpoolError):
 # O_NOFOLLOW: a symlink at the path, dangling or not, is ELOOP, never followed nor
 # created through. O_NONBLOCK: a FIFO there fails the open (ENXIO) instead of holding
 # the daemon until someone reads it. O_NOCTTY: a terminal there never becomes ours.
+# O_RDWR, not O_WRONLY: the last byte is read once, to end a line a crash cut.
 _OPEN_FLAGS = (
-    os.O_WRONLY
+    os.O_RDWR
     | os.O_APPEND
     | os.O_CREAT
     | os.O_NOFOLLOW
@@ -113,10 +114,20 @@ def _open_log_file(dir_fd: int, name: str) -> int:
             raise AuditLogRefused(problem)
         os.set_blocking(fd, True)
         os.fchmod(fd, _MODE)
+        _end_cut_line(fd)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _end_cut_line(fd: int) -> None:
+    """A log whose last line a crash cut (SIGKILL mid-write) gets its newline now:
+    the next record then starts a line of its own, rather than being glued to the
+    cut one and skipped with it by every reader."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        os.write(fd, b"\n")
 
 
 def _not_ours(st: os.stat_result) -> str | None:
