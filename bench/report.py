@@ -190,6 +190,24 @@ def markdown(data: dict[str, Any], command: str) -> str:
             "",
             "![soak](soak.png)",
         ]
+        if b := soak.get("bombs"):
+            alone, beside = b["read_alone_ms"], b["read_beside_bombs_ms"]
+            lines += [
+                "",
+                "### Bombs: calls built to explode, another session's reads beside them (L10)",
+                "",
+                f"The daemon's RSS {b['daemon_rss_before_mib']:.1f} MB before, "
+                f"{b['daemon_rss_high_mib']:.1f} MB at its high "
+                f"({b['daemon_rss_growth_mib']:+.1f} MB). The other session's read: p50 "
+                f"{alone['p50']:.1f} → {beside['p50']:.1f} ms, p99 {alone['p99']:.1f} → "
+                f"{beside['p99']:.1f} ms ({b['p99_ratio']:.2f}×; {alone['n']} reads alone, "
+                f"{beside['n']} beside).",
+                "",
+                "| bomb | how it ended | s in its worker |",
+                "|---|---|---:|",
+            ]
+            for bomb in b["bombs"]:
+                lines.append(f"| {bomb['bomb']} | {bomb['outcome']} | {bomb['seconds']:.2f} |")
 
     if fl := data.get("flood"):
         rss = fl["daemon_rss_mib"]

@@ -244,6 +244,19 @@ def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             within(fds["max_second_half"], (fds["max_first_half"] or 0) + 4)
             and within(threads["max_second_half"], threads["max_first_half"] or 0),
         )
+        if b := soak.get("bombs"):
+            check(
+                "bombs: the daemon's RSS within 50 MB of where it was while calls built to "
+                "explode run (L10)",
+                f"{num(b['daemon_rss_before_mib'], 1)} → {num(b['daemon_rss_high_mib'], 1)} MB",
+                within(b["daemon_rss_growth_mib"], 50),
+            )
+            check(
+                "bombs: another session's read p99 within 2× of its p99 alone (L10)",
+                f"{num(b['read_alone_ms']['p99'], 1)} → {num(b['read_beside_bombs_ms']['p99'], 1)}"
+                f" ms ({num(b['p99_ratio'], 2)}×)",
+                within(b["p99_ratio"], 2.0),
+            )
         cycle = soak["session_cycle"]
         check(
             f"session cycle: {cycle['cycles']:,} opens and closes change the daemon's RSS "

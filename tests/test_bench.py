@@ -167,7 +167,14 @@ def test_quick_bench_reports_targets_tables_and_plots(quick_run: tuple[Path, Pat
     for line in targets:
         verdict = line.rstrip(" |").rsplit("|", 1)[-1].strip()
         assert verdict in ("met", "missed") or "Ray" in line or "too short" in line, line
-    for words in ("soak: no result lost", "no process of the pool", "session cycle", "flood:"):
+    for words in (
+        "soak: no result lost",
+        "no process of the pool",
+        "session cycle",
+        "flood:",
+        "bombs: the daemon's RSS",
+        "bombs: another session's read p99",
+    ):
         assert any(words in line for line in targets), words
     for name in (
         "throughput.png",
@@ -183,7 +190,7 @@ def test_quick_bench_reports_targets_tables_and_plots(quick_run: tuple[Path, Pat
     assert "results in" in stderr  # the live display ended with where the results are
 
 
-@pytest.mark.spec("L8", "L6")
+@pytest.mark.spec("L8", "L6", "L10")
 def test_quick_soak_loses_duplicates_and_leaves_nothing(
     quick_run: tuple[Path, Path, str],
 ) -> None:
@@ -211,6 +218,10 @@ def test_quick_soak_loses_duplicates_and_leaves_nothing(
     cycle = soak["session_cycle"]
     assert cycle["cycles"] == 1000
     assert cycle["sessions_after"] == 0
+    # L10: every bomb went off and ended, in its worker; the other session was served
+    bombs = soak["bombs"]
+    assert [b["outcome"] for b in bombs["bombs"]] == ["ok", "ok", "ok"], bombs["bombs"]
+    assert bombs["read_alone_ms"]["n"] > 0 and bombs["read_beside_bombs_ms"]["n"] > 0
 
 
 @pytest.mark.spec("L5", "L6")

@@ -508,9 +508,9 @@ def test_D5_bad_input_gets_clear_errors_and_the_daemon_keeps_serving(
         (result,) = session.submit([call("x", "no_such_tool")]).results()
     assert result.error_code is ErrorCode.TOOL_NOT_FOUND
     # bad session options
-    with pytest.raises(RequestFailed, match="unknown session options"):
+    with pytest.raises(RequestFailed, match="unknown session option 'colour'"):
         client.session(workspace, colour="blue")
-    with pytest.raises(RequestFailed, match="unknown limits"):
+    with pytest.raises(RequestFailed, match="'warp' is not a limit"):
         client.session(workspace, limits={"warp": 9})
     with pytest.raises(RequestFailed, match="not a directory"):
         client.session(workspace / "missing")

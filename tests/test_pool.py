@@ -427,10 +427,9 @@ async def test_D3_tool_and_session_limits_layer_over_the_defaults(
     rlimits = json.loads(result.text)["rlimits"]
     assert rlimits["FSIZE"] == 4 * MiB  # the operator's per-tool setting
     assert rlimits["NOFILE"] == LIMITS.open_files  # process-wide, set once per worker
-    bad = coordinator.open_session(workspace, limits={"bogus": 1})
-    (refused,) = await coordinator.run_turn(bad, [ToolCall("n", "noop", {})])
-    assert refused.error_code is ErrorCode.EXECUTION_FAILED
-    assert "unknown limits ['bogus']" in refused.text
+    # A limit that is none is refused where the session opens, not per call (E6)
+    with pytest.raises(ValueError, match=r"session option limits = .*'bogus' is not a limit"):
+        coordinator.open_session(workspace, limits={"bogus": 1})
 
 
 # --- interrupts by signals (D4, S4, S5) -------------------------------------------------------

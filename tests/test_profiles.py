@@ -182,7 +182,8 @@ def test_F12_an_unknown_profile_is_refused_naming_the_profiles(
     client: Client, workspace: Path
 ) -> None:
     with pytest.raises(
-        RequestFailed, match="tool_profile must be one of 'toolpool', 'claude-code'"
+        RequestFailed,
+        match="session option tool_profile = 'cursor': expected one of 'toolpool', 'claude-code'",
     ):
         client.session(workspace, tool_profile="cursor")
 

@@ -37,6 +37,7 @@ from toolpool.engine.budget import (
 )
 from toolpool.file_reads import CODE_NOT_READ
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
+from toolpool.session_options import SessionOptions
 from toolpool.tools import FILE_TOOLS
 
 from .support import PNG_1X1, EventLog, ticks
@@ -388,8 +389,8 @@ async def test_L4_in_workers_output_bytes_still_caps_each_call(
 @pytest.mark.spec("L4")
 def test_L4_a_session_checks_its_budget(workspace: Path) -> None:
     with pytest.raises(ValueError, match="turn_output_chars"):
-        Session(workspace, turn_output_chars=True)  # a bool is no count
-    session = Session(workspace, turn_output_chars=0)
+        SessionOptions.parse({"turn_output_chars": True})  # a bool is no count
+    session = Session(workspace, options=SessionOptions(turn_output_chars=0))
     try:
         assert session.turn_output_chars == 0
     finally:

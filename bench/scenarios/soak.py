@@ -4,7 +4,9 @@ are cancelled, interrupted or aborted while they run, tools that crash their wor
 while the daemon's RSS, open fds and threads are sampled. Every call submitted must
 end once (one ``tool_end``, one result in its turn's results) and no process of the
 pool may outlive the daemon. Then the session cycle: many opens and closes on one
-connection, the daemon's RSS before and after, and nothing left in its tables."""
+connection, the daemon's RSS before and after, and nothing left in its tables. Last,
+the bombs (``bombs.py``, SPEC L10): calls built to explode in one session, another
+session's reads beside them, the daemon's RSS."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 import psutil
 
 from bench.common import ProcessSampler, daemon, slope_per_minute
+from bench.scenarios import bombs
 from bench.scenarios.throughput import tree
 from toolpool import Client, ToolCall, ToolEnd, ToolStart, TurnEnd
 
@@ -302,6 +305,8 @@ def run(quick: bool, workspace: Path) -> dict[str, Any]:
             _watch(sampler, _status_pids(after_load))
             cycle = _session_cycle(control, workspace, cycles, pid)
             sampler.sample()
+        exploding = bombs.run(running.runtime, workspace, pid, quick)
+        sampler.sample()
     left = sampler.left_behind()
     return {
         "seconds": seconds,
@@ -320,4 +325,5 @@ def run(quick: bool, workspace: Path) -> dict[str, Any]:
         "orphans": len(left),
         "orphan_processes": left[:20],
         "session_cycle": cycle,
+        "bombs": exploding,
     }

@@ -42,6 +42,7 @@ from toolpool.client.errors import (
 )
 from toolpool.client.operation import Deferred, Operation, TurnCursor
 from toolpool.models import ToolResult
+from toolpool.session_options import SessionOptionError, SessionOptions
 from toolpool.tracing import TurnTracer, turn_tracer
 
 T = TypeVar("T")
@@ -201,7 +202,12 @@ class Connection:
             self._handlers[session_id] = on
             return session_id
 
-        message = wire.OpenSession(self._next_id(), os.path.abspath(workspace), options)
+        try:  # the check the daemon makes too (E6): refused here, with its words
+            checked = SessionOptions.parse(options)
+        except SessionOptionError as exc:
+            raise RequestFailed(wire.FailureCode.BAD_REQUEST.value, str(exc)) from None
+        path = os.path.abspath(workspace)
+        message = wire.OpenSession(self._next_id(), path, checked.to_wire())
         return self._request(message, opened)
 
     def close_session(self, session_id: str) -> Operation[None]:

@@ -159,10 +159,13 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         on_approval: ApprovalHandler | None = None,
         **options: Any,
     ) -> Session:
-        """Open a session on ``workspace``. Options: extra_roots, allow_network,
-        max_tool_errors, limits, gate ("allow", "ask", "policy"), policy (rules),
-        approval_timeout, max_tool_concurrency. ``on_approval(request)`` answers the
-        gate's questions (True, False, or (False, "reason"))."""
+        """Open a session on ``workspace``. ``options`` are those of
+        ``toolpool.session_options.SessionOptions`` (extra_roots, allow_network,
+        max_tool_errors, limits, gate, policy, approval_timeout, max_tool_concurrency,
+        turn_output_chars, on_error, tool_profile), checked before anything is sent:
+        a bad one is a ``RequestFailed`` (code ``bad_request``) naming it, as the
+        daemon would refuse it. ``on_approval(request)`` answers the gate's questions
+        (True, False, or (False, "reason"))."""
         return Session(self, self._run(self._conn.open_session(workspace, options, on_approval)))
 
     def status(self) -> dict[str, Any]:

@@ -205,16 +205,8 @@ async def _serve(
     if os.geteuid() == 0:
         log.warning(ROOT_WARNING)
     server.start()
-    endpoint = {
-        "pid": os.getpid(),
-        "ipc": ipc,
-        "tcp": tcp,
-        "server_public_key": None if curve is None else curve[0].decode(),
-    }
-    write_private(runtime / ENDPOINT_NAME, json.dumps(endpoint))
-    write_private(runtime / PID_NAME, str(os.getpid()))
-    log.info("daemon ready on %s%s", ipc, f" and {tcp}" if tcp else "")
-
+    # The stop signals are ours before anyone can know the daemon is up (the endpoint
+    # file): a TERM sent the moment it appears must not meet the default action.
     stopping = asyncio.Event()
     terms = 0
 
@@ -231,6 +223,16 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal)
+    endpoint = {
+        "pid": os.getpid(),
+        "ipc": ipc,
+        "tcp": tcp,
+        "server_public_key": None if curve is None else curve[0].decode(),
+    }
+    write_private(runtime / ENDPOINT_NAME, json.dumps(endpoint))
+    write_private(runtime / PID_NAME, str(os.getpid()))
+    log.info("daemon ready on %s%s", ipc, f" and {tcp}" if tcp else "")
+
     try:
         await stopping.wait()
         await server.drain(config.drain_grace)

@@ -15,20 +15,6 @@ from toolpool.protocol import FailureCode
 # A client is a ROUTER socket and the identity ZeroMQ gave its connection there.
 Address = tuple[int, bytes]
 
-SESSION_OPTIONS = {
-    "extra_roots",
-    "allow_network",
-    "max_tool_errors",
-    "limits",
-    "gate",
-    "policy",
-    "approval_timeout",
-    "max_tool_concurrency",
-    "turn_output_chars",
-    "on_error",
-    "tool_profile",
-}
-
 
 class BadRequest(Exception):  # internal control flow: becomes an Error reply
     def __init__(self, code: FailureCode, message: str) -> None:
@@ -43,7 +29,6 @@ class SessionEntry:
     owner: Address
     gate: Gate | None
     approval_timeout: float
-    max_tool_concurrency: int | None
     turns: dict[str, Turn] = field(default_factory=dict)
     turn_of_call: dict[str, str] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import uuid
@@ -15,17 +16,17 @@ from typing import Any
 
 from toolpool.daemon.audit import Auditor
 from toolpool.daemon.records import (
-    SESSION_OPTIONS,
     Address,
     BadRequest,
     ClientState,
     SessionEntry,
 )
 from toolpool.daemon.status import daemon_status, tool_definitions
-from toolpool.engine.approvals import GateMode, make_gate, parse_policy
+from toolpool.engine.approvals import make_gate
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.models import Event, ToolCall, ToolEnd, ToolStart, TurnEnd
+from toolpool.policy import GateMode
 from toolpool.pool import WorkerPool
 from toolpool.protocol import (
     PROTOCOL_VERSION,
@@ -53,7 +54,7 @@ from toolpool.protocol import (
     event_to_wire,
 )
 from toolpool.providers import parse_tool_calls
-from toolpool.sandbox.limits import Limits
+from toolpool.session_options import SessionOptionError, SessionOptions
 
 log = logging.getLogger("toolpool.daemon")
 
@@ -151,32 +152,26 @@ class Requests:
                 f"the daemon has {len(self.sessions)} sessions open, the most that "
                 f"max_sessions allows",
             )
-        options = dict(message.options)
-        unknown = set(options) - SESSION_OPTIONS
-        if unknown:
-            raise BadRequest(FailureCode.BAD_REQUEST, f"unknown session options {sorted(unknown)}")
+        try:  # the daemon's own check: never the client's alone (E6)
+            options = SessionOptions.parse(message.options)
+        except SessionOptionError as exc:
+            raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         try:
-            mode = GateMode(options.get("gate", "allow"))
-            rules = parse_policy(options.get("policy", []))
-            limits = dict(options.get("limits") or {})
-            Limits().merged(limits)  # refuse unknown or bad limits now, not per call
+            # The gate is the daemon's to carry out (it asks the client): the engine's
+            # session has the rest.
             session = self.coordinator.open_session(
                 message.workspace,
-                extra_roots=[str(p) for p in options.get("extra_roots", [])],
-                allow_network=bool(options.get("allow_network", False)),
-                max_tool_errors=options.get("max_tool_errors"),
-                limits=limits,
-                turn_output_chars=options.get("turn_output_chars"),
-                on_error=options.get("on_error", "continue"),
-                tool_profile=options.get("tool_profile", "toolpool"),
+                options=dataclasses.replace(
+                    options, gate=GateMode.ALLOW, policy=(), approval_timeout=None
+                ),
             )
         except (ValueError, TypeError, OSError) as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
-        timeout = float(options.get("approval_timeout", self.approval_timeout))
-        entry = SessionEntry(
-            session, client.address, None, timeout, options.get("max_tool_concurrency")
+        timeout = (
+            self.approval_timeout if options.approval_timeout is None else options.approval_timeout
         )
-        gate = make_gate(mode, rules, lambda request: self._ask(entry, request))
+        entry = SessionEntry(session, client.address, None, timeout)
+        gate = make_gate(options.gate, options.policy, lambda request: self._ask(entry, request))
         if gate is not None and self.auditor is not None:
             gate = _audited(gate, entry, self.auditor)
         entry.gate = gate
@@ -185,7 +180,7 @@ class Requests:
         log.info(
             "session opened on %s (gate %s)",
             session.workspace,
-            mode.value,
+            options.gate.value,
             extra={"session": session.id, "client": client.address[1].hex()},
         )
         self.send(client.address, SessionOpened(message.request_id, session.id))
@@ -310,7 +305,6 @@ class Requests:
             calls,
             on_event=emit,
             gate=entry.gate,
-            max_tool_concurrency=entry.max_tool_concurrency,
             turn_id=turn_id,
             open=message.open,
             hold=client.hold,

@@ -1,10 +1,5 @@
-"""A session's gate mode (SPEC P8 over the wire): allow, ask, or policy.
-
-- ``allow``: no gate, every call runs.
-- ``ask``: every call that is not read-only is put to the user; read-only calls run.
-- ``policy``: rules, first match wins, by tool name (a glob), declared permission
-  (T3: read, write, exec, network…) and read-only-ness → allow, ask or deny. A call
-  no rule matches is asked about.
+"""A session's gate (SPEC P8 over the wire), made from its mode and policy rules
+(``toolpool.policy``: allow, ask, or policy).
 
 Asking is the daemon's business (an ``ApprovalRequest`` to the session's client);
 here it is any async function from a GateRequest to a GateDecision.
@@ -12,75 +7,12 @@ here it is any async function from a GateRequest to a GateDecision.
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
 
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
+from toolpool.policy import Action, GateMode, PolicyRule
 
 Ask = Callable[[GateRequest], Awaitable[GateDecision]]
-
-
-class GateMode(StrEnum):
-    ALLOW = "allow"
-    ASK = "ask"
-    POLICY = "policy"
-
-
-class Action(StrEnum):
-    ALLOW = "allow"
-    ASK = "ask"
-    DENY = "deny"
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyRule:
-    """``action`` for calls that match every condition given (None: any)."""
-
-    action: Action
-    tool: str | None = None  # a glob over tool names: "mcp__*"
-    permission: str | None = None  # one of the tool's declared permissions
-    read_only: bool | None = None
-
-    def matches(self, request: GateRequest) -> bool:
-        return (
-            (self.tool is None or fnmatch.fnmatchcase(request.spec.name, self.tool))
-            and (self.permission is None or self.permission in request.permissions)
-            and (self.read_only is None or request.read_only == self.read_only)
-        )
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PolicyRule:
-        unknown = set(data) - {"action", "tool", "permission", "read_only"}
-        if unknown:
-            raise ValueError(f"unknown policy rule keys {sorted(unknown)}")
-        try:
-            action = Action(data["action"])
-        except (KeyError, ValueError):
-            raise ValueError(
-                f"a policy rule needs an action of allow, ask or deny, not {data.get('action')!r}"
-            ) from None
-        read_only = data.get("read_only")
-        if read_only is not None and not isinstance(read_only, bool):
-            raise ValueError("read_only must be true or false")
-        for key in ("tool", "permission"):
-            if data.get(key) is not None and not isinstance(data[key], str):
-                raise ValueError(f"{key} must be a string")
-        return cls(action, data.get("tool"), data.get("permission"), read_only)
-
-
-def parse_policy(rules: Iterable[Mapping[str, Any]]) -> list[PolicyRule]:
-    parsed = []
-    for i, rule in enumerate(rules):
-        if not isinstance(rule, Mapping):
-            raise ValueError(f"policy rule {i} is not an object")
-        try:
-            parsed.append(PolicyRule.from_dict(rule))
-        except ValueError as exc:
-            raise ValueError(f"policy rule {i}: {exc}") from None
-    return parsed
 
 
 def decide(rules: Iterable[PolicyRule], request: GateRequest) -> tuple[Action, int | None]:

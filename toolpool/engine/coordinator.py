@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,11 @@ from toolpool.engine.session import Session
 from toolpool.engine.turn import Turn
 from toolpool.models import Event, ToolCall, ToolResult
 from toolpool.registry import ToolRegistry
+from toolpool.session_options import SessionOptionError, SessionOptions, shown
 from toolpool.tracing import TurnTracer, turn_tracer
 
+# Options a daemon carries out (it asks the client): not an in-process coordinator's.
+_DAEMON_OPTIONS = frozenset({"gate", "policy", "approval_timeout"})
 # Claude Code's default: enough to fan out a model's usual burst of reads and greps.
 DEFAULT_MAX_TOOL_CONCURRENCY = 10
 DEFAULT_MAX_TOOL_ERRORS = 3
@@ -77,7 +80,7 @@ class Coordinator:
         self.pipeline = Pipeline(self.registry, self.executor, gate=gate, middlewares=middlewares)
         self.max_tool_concurrency = max_tool_concurrency
         self.max_tool_errors = max_tool_errors
-        self.turn_output_chars = check_turn_output_chars(turn_output_chars)
+        self.turn_output_chars = check_turn_output_chars(turn_output_chars)  # the default
         self.sessions: dict[str, Session] = {}
         self.trace = trace
         self._scratch_root = scratch_root
@@ -108,34 +111,37 @@ class Coordinator:
         workspace: str | Path,
         *,
         session_id: str | None = None,
-        extra_roots: Iterable[str | Path] = (),
-        allow_network: bool = False,
-        max_tool_errors: int | None = None,
-        limits: Mapping[str, Any] | None = None,
-        turn_output_chars: int | None = None,
-        on_error: str = "continue",
-        tool_profile: str = "toolpool",
+        options: SessionOptions | None = None,
+        **given: Any,
     ) -> Session:
-        """``turn_output_chars``: this session's turn output budget (L4); None takes
-        the coordinator's, 0 means none. ``on_error``: "continue" or
-        "cancel_siblings" (S7). ``tool_profile``: whose tool names the session's calls
-        use, "toolpool", "claude-code" or "codex" (F12; the registry needs the
-        profile's tools: toolpool.tools.TOOLS has them)."""
+        """Open a session on ``workspace`` with ``options``, or with the options
+        ``given`` as keywords (``toolpool.session_options``: extra_roots,
+        allow_network, max_tool_errors, limits, max_tool_concurrency,
+        turn_output_chars, on_error, tool_profile), checked here: a bad one is a
+        SessionOptionError (a ValueError) naming it. Unset ones take the
+        coordinator's settings. ``gate``, ``policy`` and ``approval_timeout`` are a
+        daemon's: this coordinator's gate is a function (``Coordinator(gate=…)``,
+        ``submit(gate=…)``), and it refuses them."""
+        if options is not None and given:
+            raise TypeError("open_session takes options or keywords, not both")
+        if options is None:
+            options = SessionOptions.parse(given)
+        gated = {n: v for n, v in options.to_wire().items() if n in _DAEMON_OPTIONS}
+        if gated:
+            name, value = next(iter(gated.items()))
+            raise SessionOptionError(
+                f"session option {name} = {shown(value)}: a daemon's option; an in-process "
+                "Coordinator takes a gate function (Coordinator(gate=...))"
+            )
         if session_id is not None and session_id in self.sessions:
             raise ValueError(f"session {session_id} is already open")
         session = Session(
             workspace,
+            options=options,
             session_id=session_id,
             scratch_root=self.scratch_root,
-            extra_roots=extra_roots,
-            allow_network=allow_network,
-            max_tool_errors=self.max_tool_errors if max_tool_errors is None else max_tool_errors,
-            limits=limits,
-            turn_output_chars=(
-                self.turn_output_chars if turn_output_chars is None else turn_output_chars
-            ),
-            on_error=on_error,
-            tool_profile=tool_profile,
+            max_tool_errors=self.max_tool_errors,
+            turn_output_chars=self.turn_output_chars,
         )
         if session.id in self.sessions:  # a random id met an open one
             raise ValueError(f"session {session.id} is already open")
@@ -166,6 +172,8 @@ class Coordinator:
         tracer = turn_tracer() if self.trace else None
         if tracer is not None:
             emit = _traced(emit, tracer)
+        if max_tool_concurrency is None:
+            max_tool_concurrency = session.options.max_tool_concurrency
         turn = Turn(
             calls,
             session=session,

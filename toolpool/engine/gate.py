@@ -34,6 +34,10 @@ class GateRequest:
         return self.spec.tool
 
     @property
+    def tool_name(self) -> str:
+        return self.spec.name
+
+    @property
     def read_only(self) -> bool:
         return self.spec.read_only(self.call.arguments)
 

@@ -20,37 +20,22 @@ import asyncio
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import CancelToken
 from toolpool.engine.breaker import Breaker
-from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS, check_turn_output_chars
+from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
-from toolpool.profiles import DEFAULT_PROFILE, check_profile, offers
+from toolpool.profiles import offers
 from toolpool.runtime import private_dir
+from toolpool.session_options import SessionOptions
 from toolpool.tool import ToolContext
 
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-class OnError(StrEnum):
-    """What a failed call does to the other calls of its turn (SPEC S7)."""
-
-    CONTINUE = "continue"  # nothing: every call runs to its own end
-    CANCEL_SIBLINGS = "cancel_siblings"  # the rest of the turn stops as on an interrupt
-
-
-def on_error_mode(value: str) -> OnError:
-    try:
-        return OnError(value)
-    except ValueError:
-        allowed = ", ".join(repr(m.value) for m in OnError)
-        raise ValueError(f"on_error must be one of {allowed}, not {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,32 +48,38 @@ class SessionStatistics:
 
 
 class Session:
+    """``options`` are the session's (``toolpool.session_options``, checked there);
+    ``max_tool_errors`` and ``turn_output_chars`` are the coordinator's, for the
+    options that leave them unset."""
+
     def __init__(
         self,
         workspace: str | Path,
         *,
+        options: SessionOptions | None = None,
         session_id: str | None = None,
-        extra_roots: Iterable[str | Path] = (),
-        allow_network: bool = False,
-        max_tool_errors: int = 3,
-        limits: Mapping[str, Any] | None = None,
         scratch_root: Path | None = None,
+        max_tool_errors: int = 3,
         turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
-        on_error: str = OnError.CONTINUE,
-        tool_profile: str = DEFAULT_PROFILE,
     ) -> None:
+        options = options or SessionOptions()
         root = Path(workspace).resolve()
         if not root.is_dir():
             raise NotADirectoryError(f"workspace {root} is not a directory")
         self.id = session_id or uuid.uuid4().hex[:12]
         self.workspace = root
-        self.extra_roots = tuple(Path(r).resolve() for r in extra_roots)
-        self.allow_network = allow_network
-        self.limits = dict(limits or {})  # resource limit overrides for this session's calls
-        self.breaker = Breaker(max_tool_errors)
-        self.turn_output_chars = check_turn_output_chars(turn_output_chars)  # 0: none
-        self.on_error = on_error_mode(on_error)
-        self.tool_profile = check_profile(tool_profile)  # whose tool names (F12)
+        self.options = options
+        self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
+        self.allow_network = options.allow_network
+        self.limits = dict(options.limits)  # resource limit overrides for this session's calls
+        self.breaker = Breaker(
+            max_tool_errors if options.max_tool_errors is None else options.max_tool_errors
+        )
+        self.turn_output_chars = (  # 0: none
+            turn_output_chars if options.turn_output_chars is None else options.turn_output_chars
+        )
+        self.on_error = options.on_error
+        self.tool_profile = options.tool_profile  # whose tool names (F12)
         self.files = FileReadRegister()
         self.turn_lock = asyncio.Lock()
         # Private (0700) before any tool writes there; removed by close().

@@ -23,7 +23,7 @@ from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
 from toolpool.engine.pipeline import EventSink, Pipeline
 from toolpool.engine.scheduler import CallState, StopPlan, TurnScheduler
-from toolpool.engine.session import OnError, Session
+from toolpool.engine.session import Session
 from toolpool.models import (
     Event,
     MessageEnd,
@@ -34,6 +34,7 @@ from toolpool.models import (
     TurnEnd,
 )
 from toolpool.outcomes import failed, never_started_result
+from toolpool.session_options import OnError
 from toolpool.tool import InterruptBehavior
 
 log = logging.getLogger(__name__)

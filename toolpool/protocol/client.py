@@ -70,8 +70,9 @@ class Welcome:
 class OpenSession:
     """Client → daemon: open a session on ``workspace``. Answer: ``SessionOpened``.
 
-    ``options``: extra_roots, allow_network, max_tool_errors, limits, gate ("allow",
-    "ask", "policy"), policy (rules), approval_timeout, max_tool_concurrency.
+    ``options``: the session's options as ``toolpool.session_options.SessionOptions``
+    lists and checks them (SPEC E6); the daemon checks them again. A bad one is an
+    ``Error`` of code ``bad_request`` naming it.
     """
 
     type: ClassVar[MessageType] = MessageType.OPEN_SESSION

@@ -1,0 +1,244 @@
+"""The options a session is opened with: the one list of them, each with its parser
+and its message (SPEC E6).
+
+``SessionOptions.parse`` is the one check. The client runs it before it sends an
+``OpenSession`` (both clients, through the sans-IO connection), the in-process
+``Coordinator`` when it opens a session, and the daemon when one arrives, never
+relying on the client's: a bad option is refused in all three with the same message,
+which names the option and the value (``bad_request`` over the wire)::
+
+    session option approval_timeout = 'x': expected a number more than 0
+
+An option is a field of ``SessionOptions`` with ``option(default, parser, what)``;
+adding one is that field (and its use). ``to_wire`` is what ``OpenSession`` carries:
+the options given, in their plain JSON form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from toolpool.policy import GateMode, PolicyRule, parse_policy
+from toolpool.profiles import DEFAULT_PROFILE, PROFILES
+from toolpool.sandbox.limits import Limits
+
+Parser = Callable[[Any], Any]
+
+
+class OnError(StrEnum):
+    """What a failed call does to the other calls of its turn (SPEC S7)."""
+
+    CONTINUE = "continue"  # nothing: every call runs to its own end
+    CANCEL_SIBLINGS = "cancel_siblings"  # the rest of the turn stops as on an interrupt
+
+
+class SessionOptionError(ValueError):
+    """A session option that is unknown, or whose value its parser refuses."""
+
+
+class _Refused(ValueError):
+    """What a parser says of a value: "expected …" (the caller names the option)."""
+
+
+# --- the parsers: each takes the value as it came (JSON's types) ------------------------
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    # A string is a sequence of characters: "abc" must not become the roots a, b, c.
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise _Refused("expected a list of paths")
+    if not all(isinstance(p, str) and p for p in value):
+        raise _Refused("expected a list of paths, each a non-empty string")
+    return tuple(value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Refused("expected true or false")
+    return value
+
+
+def _count(minimum: int) -> Parser:
+    def parse(value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise _Refused(f"expected an integer of {minimum} or more")
+        return value
+
+    return parse
+
+
+def _seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise _Refused("expected a number more than 0")
+    if not math.isfinite(value):
+        raise _Refused("expected a finite number of seconds")
+    return float(value)
+
+
+def _choice(kind: type[StrEnum]) -> Parser:
+    def parse(value: Any) -> StrEnum:
+        try:
+            return kind(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in kind)
+            raise _Refused(f"expected one of {allowed}") from None
+
+    return parse
+
+
+_gate_mode = _choice(GateMode)
+_on_error = _choice(OnError)
+
+
+def _profile(value: Any) -> str:
+    if value not in PROFILES:
+        raise _Refused(f"expected one of {', '.join(repr(p) for p in PROFILES)}")
+    return str(value)
+
+
+def _rules(value: Any) -> tuple[PolicyRule, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise _Refused("expected a list of rules ({'action': ..., 'tool': ...})")
+    try:
+        return tuple(parse_policy(value))
+    except ValueError as exc:
+        raise _Refused(str(exc)) from None
+
+
+_LIMIT_TYPES = {f.name: f.type for f in dataclasses.fields(Limits)}
+
+
+_NO_LIMITS: Mapping[str, Any] = MappingProxyType({})
+
+
+def _limits(value: Any) -> Mapping[str, Any]:
+    """Overrides of ``Limits``: known names, each a value of its type, positive."""
+    if value is None:
+        return _NO_LIMITS
+    if not isinstance(value, Mapping):
+        raise _Refused("expected a table of limits ({'wall_seconds': 30, …})")
+    for name, limit in value.items():
+        kind = _LIMIT_TYPES.get(name)
+        if kind is None:
+            raise _Refused(f"{shown(name)} is not a limit (known: {', '.join(_LIMIT_TYPES)})")
+        if kind == "bool":
+            if not isinstance(limit, bool):
+                raise _Refused(f"{name} = {shown(limit)}: expected true or false")
+            continue
+        number = int if kind == "int" else int | float
+        if isinstance(limit, bool) or not isinstance(limit, number) or not limit > 0:
+            what = "an integer" if kind == "int" else "a number"
+            raise _Refused(f"{name} = {shown(limit)}: expected {what} more than 0")
+        if not math.isfinite(limit):
+            raise _Refused(f"{name} = {shown(limit)}: expected a finite number")
+    return MappingProxyType(dict(value))
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """``value`` as a message shows it: its repr (controls escaped), cut at ``limit``
+    characters — a client may send megabytes where a number goes."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def option(default: Any, parse: Parser, what: str) -> Any:
+    """A session option: its default, its parser, and what it is."""
+    metadata = {"parse": parse, "what": what}
+    if isinstance(default, Mapping):  # not hashable: shared, read-only, by a factory
+        return field(default_factory=lambda: default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# --- the options ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionOptions:
+    """Every option of a session, parsed. None: the daemon's (or the coordinator's)
+    setting applies."""
+
+    extra_roots: tuple[str, ...] = option((), _paths, "more directories the file tools may use")
+    allow_network: bool = option(False, _flag, "commands may reach the network (X3)")
+    max_tool_errors: int | None = option(
+        None, _count(0), "consecutive failures that open a tool's breaker (P2; 0: never)"
+    )
+    limits: Mapping[str, Any] = option(
+        _NO_LIMITS, _limits, "overrides of the calls' resource limits (D3)"
+    )
+    gate: GateMode = option(GateMode.ALLOW, _gate_mode, "allow, ask or policy (P8)")
+    policy: tuple[PolicyRule, ...] = option((), _rules, "the rules of gate 'policy' (P8)")
+    approval_timeout: float | None = option(
+        None, _seconds, "seconds an approval waits for its answer"
+    )
+    max_tool_concurrency: int | None = option(
+        None, _count(0), "safe calls of a turn that run side by side (S2; 0, 1: serial)"
+    )
+    turn_output_chars: int | None = option(
+        None, _count(0), "a turn's model-facing text (L4; 0: no budget)"
+    )
+    on_error: OnError = option(
+        OnError.CONTINUE, _on_error, "what a failed call does to its siblings (S7)"
+    )
+    tool_profile: str = option(DEFAULT_PROFILE, _profile, "whose tool names (F12)")
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SessionOptions:
+        """The options in ``options`` (JSON's types, as a client or the wire gives
+        them); a SessionOptionError naming the first option that is unknown or bad."""
+        if not isinstance(options, Mapping):
+            raise SessionOptionError(f"session options must be a table, not {shown(options)}")
+        known = _OPTIONS
+        unknown = sorted(set(options) - known.keys())
+        if unknown:
+            raise SessionOptionError(
+                f"unknown session option {shown(unknown[0])} (known: {', '.join(known)})"
+            )
+        parsed: dict[str, Any] = {}
+        for name, value in options.items():
+            try:
+                parsed[name] = known[name](value)
+            except _Refused as why:
+                raise SessionOptionError(f"session option {name} = {shown(value)}: {why}") from None
+        return cls(**parsed)
+
+    def given(self) -> dict[str, Any]:
+        """The options that differ from their defaults."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != _DEFAULTS[f.name]
+        }
+
+    def to_wire(self) -> dict[str, Any]:
+        """``OpenSession.options``: the options given, in plain JSON form, which
+        ``parse`` reads back to these options."""
+        wire: dict[str, Any] = {}
+        for name, value in self.given().items():
+            if name == "policy":
+                value = [rule.to_dict() for rule in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, StrEnum):
+                value = value.value
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            wire[name] = value
+        return wire
+
+
+_OPTIONS: dict[str, Parser] = {
+    f.name: f.metadata["parse"] for f in dataclasses.fields(SessionOptions)
+}
+_DEFAULTS: dict[str, Any] = {
+    f.name: getattr(SessionOptions(), f.name) for f in dataclasses.fields(SessionOptions)
+}
