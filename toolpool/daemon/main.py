@@ -29,7 +29,7 @@ from toolpool.mcp.bridges import import_mcp_servers
 from toolpool.mcp.config import McpConfigError
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.pool.shells import remove_stale_shells
+from toolpool.pool.shell_process import remove_stale_shells
 from toolpool.registry import ToolRegistry
 from toolpool.runtime import (
     ENDPOINT_NAME,

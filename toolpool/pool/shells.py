@@ -3,16 +3,14 @@ them; workers only ask (``ShellRequest`` → ``ShellReply``, ``toolpool.worker.s
 
 A shell belongs to its session, not to the worker whose call started it: recycling
 or losing that worker changes nothing, and any later call of the session, on any
-worker, reads or ends it. It is confined as a foreground command is
-(``toolpool.sandbox.command.confined``: bubblewrap, seccomp, Landlock, network as the
-session allows); what a worker would have given the command besides — its own cgroup
-(the call's memory and process limits, the workers' CPU quota), the call's rlimits,
-an empty network namespace without bubblewrap — the exec wrapper gives it
-(``confine_exec.py --cgroup --rlimit --unshare-net``) before it execs the sandbox.
+worker, reads or ends it. It is confined as a foreground command is, with what a
+worker would have given it besides: its cgroup, the call's rlimits
+(``shell_process.py``, which also keeps the record of each shell).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
-scratch directory, up to the call's ``spill_bytes`` and a truncation note; a read
-gets the byte range not read before, which the worker reads from the file itself.
+scratch directory, up to the call's ``spill_bytes`` and a truncation note
+(``shell_output.py``); a read gets the byte range not read before, which the worker
+reads from the file itself.
 
 What ends a shell, always its whole process tree (``terminate``; the cgroup, or
 without one the process group and every process whose environment carries the
@@ -31,173 +29,38 @@ shell's mark — setsid and nohup escapees included):
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import logging
-import math
 import os
 import secrets
-import select
-import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
 from toolpool.errors import ToolError
 from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.shell_output import OutputFile, pump
+from toolpool.pool.shell_process import Shell, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
-from toolpool.sandbox import confine_exec, linux
-from toolpool.sandbox.cgroups import CallAccounting, WorkerCgroup
-from toolpool.sandbox.command import Confinement, confined
+from toolpool.sandbox import linux
+from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.limits import Limits, named
-from toolpool.sandbox.terminate import (
-    CgroupMembers,
-    MarkedProcesses,
-    ProcessGroup,
-    ProcessSet,
-    ProcessTree,
-    Together,
-    environment_marks,
-    terminate,
-)
+from toolpool.sandbox.terminate import CgroupMembers, terminate
 
 log = logging.getLogger("toolpool.pool")
 
-SHELL_MARK = "TOOLPOOL_SHELL"  # in every shell's environment: "<daemon pid>:<shell id>"
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a shell is ended
 LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
 DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 END_WAIT = 10.0  # a hang guard: a shell whose processes survive SIGKILL is given up on
 TICK = 0.25  # seconds between looks at the running shells' wall time and CPU
 MAX_RUNNING_PER_SESSION = 16
-SHOWN_COMMAND_CHARS = 80
 
 
 class ShellRefused(Exception):
     """A request the supervisor refuses; the message is for the model."""
-
-
-class _OutputFile:
-    """A shell's output file: text as it comes, up to ``limit`` bytes and a note.
-    ``written`` (what a reader may read) moves only after the bytes are in the file."""
-
-    def __init__(self, path: Path, limit: int) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        self.path = path
-        self._fd = os.open(path, flags, 0o600)  # only the daemon's user reads it (X8)
-        self._limit = limit
-        self._kept = 0
-        self.written = 0
-        self.truncated = False
-
-    def add(self, text: str) -> None:
-        if self.truncated or not text:
-            return
-        data = text.encode("utf-8", errors="replace")
-        room = self._limit - self._kept
-        if len(data) > room:
-            # Cut at a character's start: the file stays UTF-8 at every offset given.
-            data = data[:room].decode("utf-8", errors="ignore").encode()
-            self.truncated = True
-        self._write(data)
-        self._kept += len(data)
-        if self.truncated:
-            self._write(f"\n[output truncated at {self._limit} bytes: spill_bytes]\n".encode())
-        self.written = os.lseek(self._fd, 0, os.SEEK_CUR)
-
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-
-    def head(self, size: int) -> str:
-        with open(self.path, "rb") as f:
-            return f.read(size).decode(errors="replace")
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def _pump(fd: int, output: _OutputFile, stop: threading.Event) -> None:
-    """Copy the command's output to its file until EOF or ``stop``; close the pipe."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        while not stop.is_set():
-            if not select.select([fd], [], [], 0.1)[0]:
-                continue
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            output.add(decoder.decode(data))
-        output.add(decoder.decode(b"", final=True))
-    finally:
-        os.close(fd)
-
-
-@dataclass(eq=False)
-class Shell:
-    """One background shell as the supervisor keeps it."""
-
-    id: str
-    session_id: str
-    command: str
-    process: subprocess.Popen[bytes]
-    box: Confinement
-    output: _OutputFile
-    cgroup: WorkerCgroup | None
-    limits: Limits
-    mark: str
-    started: float  # Unix time
-    deadline: float  # monotonic
-    done: asyncio.Future[None]
-    reader: threading.Thread
-    stop_reading: threading.Event = field(default_factory=threading.Event)
-    accounting: CallAccounting | None = None
-    state: ShellState = ShellState.RUNNING
-    exit_code: int | None = None
-    ended: float | None = None
-    reason: str = ""
-    read_at: int = 0  # the output's bytes before it were read
-
-    def info(self) -> ShellInfo:
-        return ShellInfo(
-            shell_id=self.id,
-            command=self.command,
-            state=self.state,
-            pid=self.process.pid,
-            started=self.started,
-            output_path=str(self.output.path),
-            output_bytes=self.output.written,
-            truncated=self.output.truncated,
-            exit_code=self.exit_code,
-            ended=self.ended,
-            reason=self.reason,
-        )
-
-    def listing(self) -> dict[str, object]:
-        """What ``status`` shows of it."""
-        command = " ".join(self.command.split())
-        if len(command) > SHOWN_COMMAND_CHARS:
-            command = command[: SHOWN_COMMAND_CHARS - 1] + "…"
-        return {
-            "shell_id": self.id,
-            "command": command,
-            "state": self.state.value,
-            "pid": self.process.pid,
-            "started": round(self.started, 3),
-            "output_bytes": self.output.written,
-            "exit_code": self.exit_code,
-        }
 
 
 class ShellSupervisor:
@@ -354,11 +217,12 @@ class ShellSupervisor:
         shell_id = self._new_id()
         directory = Path(context.scratch_dir) / "shells"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        output = _OutputFile(directory / f"{shell_id}.log", limits.spill_bytes)
-        cgroup = self._cgroup(shell_id, limits)
+        output = OutputFile(directory / f"{shell_id}.log", limits.spill_bytes)
+        cgroup = shell_cgroup(self._processes.cgroups, shell_id, limits, self._cpus)
         mark = f"{os.getpid()}:{shell_id}"
+        profile, policy = self._processes.profile, self._processes.policy
         try:
-            process, box, read_fd = self._popen(context, limits, command, cgroup, mark)
+            process, box, read_fd = launch(context, limits, command, cgroup, mark, profile, policy)
         except BaseException:
             output.close()
             if cgroup is not None:
@@ -367,7 +231,7 @@ class ShellSupervisor:
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         reader = threading.Thread(
-            target=_pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
+            target=pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
         )
         shell = Shell(
             id=shell_id,
@@ -395,109 +259,11 @@ class ShellSupervisor:
             self._ticker = asyncio.ensure_future(self._watch())
         return shell
 
-    def _popen(
-        self,
-        context: CallContext,
-        limits: Limits,
-        command: str,
-        cgroup: WorkerCgroup | None,
-        mark: str,
-    ) -> tuple[subprocess.Popen[bytes], Confinement, int]:
-        profile = self._processes.profile
-        workspace = Path(context.workspace)
-        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", SHELL_MARK: mark}
-        with confined(
-            ["bash", "-c", command],
-            workspace=workspace,
-            writable=tuple(Path(p) for p in context.extra_roots),
-            network=context.allow_network,
-            profile=profile,
-            policy=self._processes.policy,
-            tmp_bytes=limits.tmp_bytes,
-            env=env,
-        ) as box:
-            # A worker of a network-less session lives in an empty network namespace,
-            # and so do its commands; bubblewrap makes its own, else the wrapper does.
-            unshare = (
-                not context.allow_network and "bwrap" not in box.layers and profile.active("netns")
-            )
-            argv = [*self._launcher(cgroup, limits, unshare), *box.argv]
-            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-            try:
-                # From the event loop's thread, which lives as long as the daemon:
-                # bubblewrap's parent-death signal follows the thread that forked it.
-                process = subprocess.Popen(
-                    argv,
-                    cwd=workspace,
-                    stdin=subprocess.DEVNULL,
-                    stdout=write_fd,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=box.pass_fds,
-                    env=box.env,
-                )
-            except BaseException:
-                os.close(read_fd)
-                raise
-            finally:
-                os.close(write_fd)
-        return process, box, read_fd
-
-    @staticmethod
-    def _launcher(cgroup: WorkerCgroup | None, limits: Limits, unshare_net: bool) -> list[str]:
-        """The exec wrapper that gives the command what a worker would have: its
-        cgroup, the call's rlimits (RLIMIT_AS where no memory cgroup bounds it)."""
-        argv = [sys.executable, "-I", "-S", confine_exec.__file__]
-        for procs in cgroup.procs_files() if cgroup is not None else ():
-            argv += ["--cgroup", str(procs)]
-        rlimits = {
-            "CORE": 0,
-            "NOFILE": limits.open_files,
-            "FSIZE": limits.file_size_bytes,
-            "CPU": max(1, math.ceil(limits.cpu_seconds)),
-        }
-        if cgroup is None or "memory" not in cgroup.controllers:
-            rlimits["AS"] = limits.memory_bytes
-        for name, value in rlimits.items():
-            argv += ["--rlimit", f"{name}={value}"]
-        if unshare_net:
-            argv.append("--unshare-net")
-        return [*argv, "--"]
-
-    def _cgroup(self, shell_id: str, limits: Limits) -> WorkerCgroup | None:
-        tree = self._processes.cgroups
-        if tree is None:
-            return None
-        cgroup = tree.create(f"shell-{shell_id}")
-        try:
-            cgroup.set_memory(limits.memory_bytes)
-            cgroup.set_pids(limits.processes)
-            cgroup.set_cpu(self._cpus)
-        except OSError:
-            cgroup.remove()
-            raise
-        return cgroup
-
     def _new_id(self) -> str:
         while True:
             shell_id = secrets.token_hex(4)
             if shell_id not in self._shells:
                 return shell_id
-
-    def _members(self, shell: Shell, *, with_root: bool) -> ProcessSet:
-        """Every process of the shell. In bubblewrap's PID namespace nothing outlives
-        bubblewrap, so its tree is all there is; else its process group and, where a
-        cgroup holds them, the cgroup, or without one every process with its mark."""
-        sets: list[ProcessSet] = []
-        if with_root:  # before it is reaped: after, its pid may be another's
-            sets.append(ProcessTree(shell.process.pid))
-        if "bwrap" not in shell.box.layers:
-            sets.append(ProcessGroup(shell.process.pid))
-        if shell.cgroup is not None:
-            sets.append(CgroupMembers(shell.cgroup.procs_files()))
-        elif "bwrap" not in shell.box.layers:
-            sets.append(MarkedProcesses(SHELL_MARK, shell.mark))
-        return Together(*sets)
 
     async def _end(
         self, shell: Shell, state: ShellState, reason: str, *, grace: float = KILL_GRACE
@@ -506,7 +272,7 @@ class ShellSupervisor:
         ended already is left as it is)."""
         if shell.state is ShellState.RUNNING:
             shell.state, shell.reason = state, reason
-            members = self._members(shell, with_root=True)
+            members = shell.members(with_root=True)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, lambda: terminate(members, grace=grace))
             if shell.cgroup is not None:
@@ -561,7 +327,7 @@ class ShellSupervisor:
         close the output; why the sandbox failed to start it, if it did."""
         shell.reader.join(DRAIN_AFTER_EXIT)
         shell.stop_reading.set()
-        terminate(self._members(shell, with_root=False), grace=LEFTOVER_GRACE)
+        terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
         if shell.cgroup is not None:
             shell.cgroup.kill_all()
             for _ in _retries():  # members take a moment to leave once killed
@@ -604,17 +370,3 @@ def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:
     for _ in range(times):
         yield
         time.sleep(pause)
-
-
-def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:
-    """Kill the processes of shells whose daemon is no longer running (SPEC L7),
-    found by their mark: what bubblewrap's parent-death signal and the stale cgroups
-    did not end (a machine without either). Their pids, for the log."""
-    killed = []
-    for pid, mark in environment_marks(SHELL_MARK).items():
-        daemon = mark.partition(":")[0]
-        if daemon.isdigit() and not alive(int(daemon)) and pid != os.getpid():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed

@@ -5,10 +5,11 @@ the sandbox the machine offers (toolpool.sandbox.command: bubblewrap, Landlock,
 seccomp). Output streams as progress while it runs; the model gets at most
 ``MAX_OUTPUT_CHARS`` (head and tail, with a marker) and the whole output stays in a
 spill file in the session's scratch directory, up to the call's ``spill_bytes``
-limit (then a truncation note; SPEC X8). On timeout or cancel the whole
-process tree is ended — SIGTERM, a grace period, SIGKILL — children that called
-setsid or nohup included. A background process that keeps the output pipe open
-does not hold the call: once the shell exits, the pipe is drained for a bounded time.
+limit (then a truncation note; SPEC X8; the output's side: command_output.py). On
+timeout or cancel the whole process tree is ended — SIGTERM, a grace period,
+SIGKILL — children that called setsid or nohup included. A background process that
+keeps the output pipe open does not hold the call: once the shell exits, the pipe is
+drained for a bounded time.
 
 With ``run_in_background`` the command is started through ``ToolContext.shells``
 instead (in a worker: by the pool, confined the same way) and the call returns at
@@ -23,7 +24,6 @@ import select
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import Cancelled
@@ -39,17 +39,13 @@ from toolpool.sandbox.terminate import (
     terminate,
 )
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
-from toolpool.tools.head_tail import HeadAndTail
+from toolpool.tools.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
 from toolpool.tools.paths import display
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
-MAX_OUTPUT_CHARS = 30_000
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when ending the command
 DRAIN_AFTER_EXIT = 1.0  # seconds to keep reading after the shell exited
-STREAM_INTERVAL = 0.1  # seconds between progress reports
-STREAM_LIMIT = 1_000_000  # characters streamed as progress; the rest only in the spill file
-_CHUNK = 65536
 
 DESCRIPTION = f"""\
 Runs a bash command in the workspace and returns its output (stdout and stderr
@@ -80,117 +76,6 @@ record that edit and write need.
 - Give a short description (5-10 words) of what the command does, e.g. "Run the unit
   tests".
 """
-
-
-class _Output:
-    """The command's output as it arrives: to the spill file up to ``spill_limit``
-    bytes (then a truncation note), the head and tail kept for the model, fresh text
-    streamed as progress now and then."""
-
-    def __init__(self, spill: Path, ctx: ToolContext, spill_limit: int) -> None:
-        self.spill_path = spill
-        # Only the daemon's user may read it: another user must not see what ran (X8).
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(spill, flags, 0o600)
-        self._spill = os.fdopen(fd, "wb")
-        self._spill_limit = spill_limit
-        self.spilled = 0  # bytes in the spill file, the note aside
-        self.spill_truncated = False
-        self._ctx = ctx
-        self._kept = HeadAndTail(MAX_OUTPUT_CHARS)
-        self._unsent: list[str] = []
-        self._unsent_chars = 0
-        self._streamed = 0
-        self._last_sent = time.monotonic()
-        self._lock = threading.Lock()
-
-    def add(self, text: str) -> None:
-        if not text:
-            return
-        with self._lock:
-            if self._streamed + self._unsent_chars <= STREAM_LIMIT:
-                # Past the streaming limit nothing more is kept to stream: a fast
-                # writer must not pile up in memory between two reports.
-                self._unsent.append(text)
-                self._unsent_chars += len(text)
-            self._write_spill(text)
-            self._kept.add(text)
-        self.stream()
-
-    def _write_spill(self, text: str) -> None:
-        if self.spill_truncated:
-            return
-        data = text.encode("utf-8", errors="replace")
-        room = self._spill_limit - self.spilled
-        if len(data) > room:
-            data = data[:room]
-            self.spill_truncated = True
-        self._spill.write(data)
-        self.spilled += len(data)
-        if self.spill_truncated:
-            note = f"\n[output truncated at {self._spill_limit} bytes: spill_bytes]\n"
-            self._spill.write(note.encode())
-
-    def stream(self, final: bool = False) -> None:
-        """Send what arrived since the last report, at most every STREAM_INTERVAL."""
-        with self._lock:
-            now = time.monotonic()
-            if not self._unsent or (not final and now - self._last_sent < STREAM_INTERVAL):
-                return
-            chunk = "".join(self._unsent)
-            self._unsent.clear()
-            self._unsent_chars = 0
-            self._last_sent = now
-            if self._streamed >= STREAM_LIMIT:
-                return
-            if self._streamed + len(chunk) > STREAM_LIMIT:
-                chunk = chunk[: STREAM_LIMIT - self._streamed] + "\n[output streaming stopped]\n"
-            self._streamed += len(chunk)
-        if chunk:
-            self._ctx.report_progress(chunk)
-
-    def close(self) -> None:
-        self.stream(final=True)
-        self._spill.close()
-
-    @property
-    def total_chars(self) -> int:
-        return self._kept.total
-
-    def text(self) -> tuple[str, bool]:
-        """What the model sees, and whether it was cut."""
-        with self._lock:
-            return self._kept.text()
-
-
-def _read_output(fd: int, output: _Output, stop: threading.Event) -> None:
-    """Read the pipe until EOF, or until ``stop`` is set (the drain ran out)."""
-    decoder = _Utf8Decoder()
-    while not stop.is_set():
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if not ready:
-            output.stream()
-            continue
-        try:
-            data = os.read(fd, _CHUNK)
-        except OSError:
-            break
-        if not data:
-            break
-        output.add(decoder.decode(data))
-    output.add(decoder.decode(b"", final=True))
-
-
-class _Utf8Decoder:
-    """Incremental UTF-8 decoding: a character split across reads stays whole."""
-
-    def __init__(self) -> None:
-        import codecs
-
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def decode(self, data: bytes, final: bool = False) -> str:
-        return str(self._decoder.decode(data, final))
 
 
 class Bash:
@@ -258,7 +143,7 @@ class Bash:
         spill_dir = ctx.scratch_dir / "bash"
         spill_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         limits = ctx.limits or Limits()
-        output = _Output(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
+        output = CommandOutput(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
         env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
         with confined(
             ["bash", "-c", command],
@@ -288,7 +173,7 @@ class Bash:
         assert process.stdout is not None
         stop = threading.Event()
         reader = threading.Thread(
-            target=_read_output, args=(process.stdout.fileno(), output, stop), daemon=True
+            target=read_output, args=(process.stdout.fileno(), output, stop), daemon=True
         )
         reader.start()
         # In bubblewrap's PID namespace nothing outlives bubblewrap: its tree is all
