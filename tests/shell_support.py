@@ -68,12 +68,17 @@ def shell_status(client: Client, session: Any, shell_id: str) -> dict[str, Any] 
 
 
 def wait_state(client: Client, session: Any, shell_id: str, state: str) -> dict[str, Any]:
-    def reached() -> bool:
-        shell = shell_status(client, session, shell_id)
-        return shell is not None and shell["state"] == state
+    seen: list[dict[str, Any] | None] = [None]
 
-    wait_until(reached, f"shell {shell_id} {state}")
-    found = shell_status(client, session, shell_id)
+    def reached() -> bool:
+        seen[0] = shell_status(client, session, shell_id)
+        return seen[0] is not None and seen[0]["state"] == state
+
+    try:
+        wait_until(reached, f"shell {shell_id} {state}")
+    except AssertionError:
+        raise AssertionError(f"never: shell {shell_id} {state}; last seen: {seen[0]}") from None
+    found = seen[0]
     assert found is not None
     return found
 

@@ -230,7 +230,7 @@ def test_F6_status_lists_the_sessions_shells(
         call(session, "kill_shell", shell_id=shell_id)
 
 
-@pytest.mark.spec("F6")
+@pytest.mark.spec("F6", "L9")
 def test_F6_a_shell_is_stopped_at_its_wall_time(tmp_path: Path, workspace: Path) -> None:
     mark = marker()
     with (
@@ -244,6 +244,12 @@ def test_F6_a_shell_is_stopped_at_its_wall_time(tmp_path: Path, workspace: Path)
         read = call(session, "bash_output", shell_id=shell_id)
         assert read.text.endswith(
             f"Shell {shell_id} timed out (background_wall_seconds = 0.5) and was stopped."
+        )
+        # A limit ended it (L9): the read says so as limit_exceeded, naming it.
+        assert read.is_error and read.error_code is ErrorCode.LIMIT_EXCEEDED
+        assert (read.details["limit"], read.details["limit_value"]) == (
+            "background_wall_seconds",
+            0.5,
         )
 
 

@@ -140,6 +140,8 @@ async def _serve(
             runtime_dir=runtime / f"workers-{os.getpid()}",
             policy=confinement_policy(config, runtime),
             background_wall_seconds=config.background_wall_seconds,
+            max_background_shells_per_client=config.max_background_shells_per_client,
+            max_background_shells=config.max_background_shells,
         )
     )
     try:

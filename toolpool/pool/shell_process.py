@@ -20,11 +20,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
+from toolpool.pool.shell_bounds import LimitEnd
 from toolpool.pool.shell_output import OutputFile
 from toolpool.protocol import CallContext
 from toolpool.sandbox import confine_exec
@@ -60,6 +61,7 @@ class Shell:
     cgroup: WorkerCgroup | None
     limits: Limits
     mark: str
+    client: Hashable | None  # whose session it is, as the daemon said (caps per client)
     started: float  # Unix time
     deadline: float  # monotonic
     done: asyncio.Future[None]
@@ -70,6 +72,7 @@ class Shell:
     exit_code: int | None = None
     ended: float | None = None
     reason: str = ""
+    limit: LimitEnd | None = None  # the limit that ended it, if one did
     read_at: int = 0  # the output's bytes before it were read
 
     def info(self) -> ShellInfo:
@@ -85,6 +88,8 @@ class Shell:
             exit_code=self.exit_code,
             ended=self.ended,
             reason=self.reason,
+            limit=self.limit.name if self.limit is not None else "",
+            limit_value=self.limit.value if self.limit is not None else None,
         )
 
     def listing(self) -> dict[str, object]:
@@ -192,11 +197,15 @@ def _launcher(cgroup: WorkerCgroup | None, limits: Limits, unshare_net: bool) ->
     argv = [sys.executable, "-I", "-S", confine_exec.__file__]
     for procs in cgroup.procs_files() if cgroup is not None else ():
         argv += ["--cgroup", str(procs)]
-    rlimits = {
+    cpu = max(1, math.ceil(limits.cpu_seconds))
+    rlimits: dict[str, int | str] = {
         "CORE": 0,
         "NOFILE": limits.open_files,
         "FSIZE": limits.file_size_bytes,
-        "CPU": max(1, math.ceil(limits.cpu_seconds)),
+        # SIGXCPU at the soft limit: a death by it names cpu_seconds (shell_bounds),
+        # where a SIGKILL alone reads as any kill; the kernel's SIGKILL a second after
+        # ends a command that ignores it.
+        "CPU": f"{cpu}:{cpu + 1}",
     }
     if cgroup is None or "memory" not in cgroup.controllers:
         rlimits["AS"] = limits.memory_bytes

@@ -8,17 +8,23 @@ worker would have given it besides: its cgroup, the call's rlimits
 (``shell_process.py``, which also keeps the record of each shell).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
-scratch directory, up to the call's ``spill_bytes`` and a truncation note
-(``shell_output.py``); a read gets the byte range not read before, which the worker
-reads from the file itself.
+scratch directory as bytes, up to the call's ``spill_bytes`` and a truncation note
+(``shell_output.py``: past the cap it is drained slowly and dropped); a read gets the
+byte range not read before, which the worker reads from the file itself.
+
+How many run at once is capped per session, per client and in the daemon
+(``shell_bounds.ShellCaps``; the daemon tells the supervisor whose a session is,
+``client_of``).
 
 What ends a shell, always its whole process tree (``terminate``; the cgroup, or
 without one the process group and every process whose environment carries the
 shell's mark — setsid and nohup escapees included):
 
 - ``kill_shell``; its session closing; the pool closing (the daemon's stop);
-- ``background_wall_seconds`` (state ``timed_out``), or its CPU allowance spent
-  over every process of its cgroup (``cpu_seconds``, state ``killed``);
+- ``background_wall_seconds`` (state ``timed_out``), or a limit of its cgroup —
+  its CPU allowance spent over all its processes (``cpu_seconds``), a fork its
+  ``processes`` limit refused, the OOM killer (``memory_bytes``) — state ``killed``,
+  the limit named (``shell_bounds``, SPEC L9);
 - its command exiting: what it left running is ended after a short drain;
 - the daemon's death: bubblewrap dies with its parent (and its PID namespace with
   it); the next start kills what is left in the dead daemon's cgroups
@@ -35,18 +41,21 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
 from toolpool.errors import ToolError
+from toolpool.models import ErrorCode
+from toolpool.pool import shell_bounds
 from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
 from toolpool.pool.shell_output import OutputFile, pump
 from toolpool.pool.shell_process import Shell, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
-from toolpool.sandbox.limits import Limits, named
+from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import CgroupMembers, terminate
 
 log = logging.getLogger("toolpool.pool")
@@ -55,22 +64,45 @@ KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a shell is ended
 LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
 DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 END_WAIT = 10.0  # a hang guard: a shell whose processes survive SIGKILL is given up on
-TICK = 0.25  # seconds between looks at the running shells' wall time and CPU
-MAX_RUNNING_PER_SESSION = 16
+TICK = 0.25  # seconds between looks at the running shells' wall time and limits
 
 
 class ShellRefused(Exception):
-    """A request the supervisor refuses; the message is for the model."""
+    """A request the supervisor refuses; the message is for the model, the ``code``
+    (an ErrorCode) for the result."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.EXECUTION_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _no_client(session_id: str) -> Hashable | None:
+    return None
 
 
 class ShellSupervisor:
     """The pool's background shells, by id; each request answered for the session of
-    the call that asked. ``WorkerPool`` makes one, and closes it when it closes."""
+    the call that asked. ``WorkerPool`` makes one, and closes it when it closes.
 
-    def __init__(self, processes: WorkerProcesses, *, wall_seconds: float, cpus: float) -> None:
+    ``client_of`` says whose a session is (a key equal for one client's sessions;
+    None: not known, no cap per client). The daemon, which keeps the sessions' owners,
+    sets it. A callback, not a field of the call's context: the client is none of the
+    worker's business (the context crosses to it), and the daemon's table stays the
+    one truth — asked once, as a shell starts (a session's owner never changes)."""
+
+    def __init__(
+        self,
+        processes: WorkerProcesses,
+        *,
+        wall_seconds: float,
+        cpus: float,
+        caps: ShellCaps | None = None,
+    ) -> None:
         self._processes = processes  # the sandbox profile, policy and cgroups in use
         self.wall_seconds = wall_seconds
         self._cpus = cpus
+        self.caps = caps or ShellCaps()
+        self.client_of: Callable[[str], Hashable | None] = _no_client
         self._shells: dict[str, Shell] = {}
         self._roots: frozenset[int] = frozenset()  # read from the ZAP thread (confines)
         self._ticker: asyncio.Task[None] | None = None
@@ -98,25 +130,25 @@ class ShellSupervisor:
                     shell = await self.kill(context.session_id, request.shell_id)
                     return ShellReply(call_id, request_id, shell.to_dict())
         except ShellRefused as exc:
-            return ShellReply(call_id, request_id, error=str(exc))
+            return ShellReply(call_id, request_id, error=str(exc), code=exc.code.value)
         except Exception as exc:  # the worker must hear an answer, whatever went wrong
             log.exception("background shell request %s failed", request.action.value)
             text = f"The background shell request failed: {type(exc).__name__}: {exc}"
             return ShellReply(call_id, request_id, error=text)
 
     async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
-        """Start ``command`` for the call's session; its record (running)."""
+        """Start ``command`` for the call's session; its record (running). Refused
+        (``limit_exceeded``) past a cap."""
         if not self._open:
             raise ShellRefused("Background shells cannot start: the daemon is stopping.")
         if context.scratch_dir is None:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
-        running = self.running(context.session_id)
-        if len(running) >= MAX_RUNNING_PER_SESSION:
-            raise ShellRefused(
-                f"This session already runs {len(running)} background shells, the most it "
-                "may: end one with kill_shell first."
-            )
-        shell = self._spawn(context, limits, command)
+        client = self.client_of(context.session_id)
+        running = [(s.session_id, s.client) for s in self.running()]
+        refusal = self.caps.refusal(running, context.session_id, client)
+        if refusal is not None:
+            raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
+        shell = self._spawn(context, limits, command, client)
         loop = asyncio.get_running_loop()
         try:
             # Connects a network-allowed command's namespace (pasta): may take a while.
@@ -124,13 +156,9 @@ class ShellSupervisor:
         except ToolError as exc:  # the sandbox could not be completed: it never ran
             await self._end(shell, ShellState.FAILED, exc.message, grace=0)
             self._forget(shell)
-            raise ShellRefused(exc.message) from None
-        log.info(
-            "background shell %s started (pid %d)",
-            shell.id,
-            shell.process.pid,
-            extra={"session": shell.session_id},
-        )
+            raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
+        pid, extra = shell.process.pid, {"session": shell.session_id}
+        log.info("background shell %s started (pid %d)", shell.id, pid, extra=extra)
         return shell.info()
 
     def read(self, session_id: str, shell_id: str) -> tuple[ShellInfo, int, int]:
@@ -211,7 +239,9 @@ class ShellSupervisor:
 
     # -- a shell's life ---------------------------------------------------------------------
 
-    def _spawn(self, context: CallContext, limits: Limits, command: str) -> Shell:
+    def _spawn(
+        self, context: CallContext, limits: Limits, command: str, client: Hashable | None
+    ) -> Shell:
         """Start the confined command, its output's reader and its exit's watch."""
         assert context.scratch_dir is not None
         shell_id = self._new_id()
@@ -243,6 +273,7 @@ class ShellSupervisor:
             cgroup=cgroup,
             limits=limits,
             mark=mark,
+            client=client,
             started=time.time(),
             deadline=time.monotonic() + self.wall_seconds,
             done=loop.create_future(),
@@ -266,12 +297,18 @@ class ShellSupervisor:
                 return shell_id
 
     async def _end(
-        self, shell: Shell, state: ShellState, reason: str, *, grace: float = KILL_GRACE
+        self,
+        shell: Shell,
+        state: ShellState,
+        reason: str,
+        *,
+        grace: float = KILL_GRACE,
+        limit: LimitEnd | None = None,
     ) -> None:
-        """End a running shell with ``state``; wait until it is over (a shell that
-        ended already is left as it is)."""
+        """End a running shell with ``state`` (and the ``limit`` that ended it); wait
+        until it is over (a shell that ended already is left as it is)."""
         if shell.state is ShellState.RUNNING:
-            shell.state, shell.reason = state, reason
+            shell.state, shell.reason, shell.limit = state, reason, limit
             members = shell.members(with_root=True)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, lambda: terminate(members, grace=grace))
@@ -294,12 +331,12 @@ class ShellSupervisor:
 
     async def _finish(self, shell: Shell, code: int) -> None:
         loop = asyncio.get_running_loop()
+        failure: str | None = None
+        limit: LimitEnd | None = None
         try:
-            failure = await loop.run_in_executor(None, self._clean_up, shell, code)
+            failure, limit = await loop.run_in_executor(None, self._clean_up, shell, code)
         except Exception:
             log.exception("cleaning up after background shell %s", shell.id)
-            failure = None
-        oom = shell.cgroup is not None and shell.cgroup.oom_kills() > 0
         if shell.cgroup is not None:
             shell.cgroup.remove()
         shell.exit_code = code
@@ -307,24 +344,20 @@ class ShellSupervisor:
         if shell.state is ShellState.RUNNING:
             if failure is not None:
                 shell.state, shell.reason = ShellState.FAILED, failure
-            elif oom:
-                reason = f"it ran out of memory ({named(shell.limits, 'memory_bytes')})"
-                shell.state, shell.reason = ShellState.KILLED, reason
+            elif limit is not None:  # a limit the watch had not seen yet ended it
+                shell.state, shell.reason, shell.limit = ShellState.KILLED, limit.reason, limit
             else:
                 shell.state = ShellState.EXITED
         self._roots = self._roots - {shell.process.pid}
-        log.info(
-            "background shell %s ended: %s",
-            shell.id,
-            shell.info().describe_state(),
-            extra={"session": shell.session_id},
-        )
+        ended, extra = shell.info().describe_state(), {"session": shell.session_id}
+        log.info("background shell %s ended: %s", shell.id, ended, extra=extra)
         if not shell.done.done():
             shell.done.set_result(None)
 
-    def _clean_up(self, shell: Shell, code: int) -> str | None:
+    def _clean_up(self, shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
         """(In a thread.) Read the last output, end what the command left running,
-        close the output; why the sandbox failed to start it, if it did."""
+        close the output; why the sandbox failed to start it, if it did, and the
+        limit its cgroup says ended it, if one did."""
         shell.reader.join(DRAIN_AFTER_EXIT)
         shell.stop_reading.set()
         terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
@@ -334,36 +367,42 @@ class ShellSupervisor:
                 if not CgroupMembers(shell.cgroup.procs_files()).pids():
                     break
         shell.reader.join()
-        if shell.accounting is not None:
-            shell.accounting.close()
+        cpu: float | None = None
+        oom = pids = 0
+        if (acct := shell.accounting) is not None:
+            cpu, oom, pids = acct.cpu_seconds(), acct.oom_kills(), acct.pids_refusals()
+            acct.close()
+        # Without a cgroup there are no counters, but RLIMIT_CPU's SIGXCPU still tells.
+        limit = shell_bounds.at_exit(shell.limits, code, cpu, oom, pids)
         failure = shell.box.failure(code, shell.output.head(4096))
         shell.output.close()
-        return failure
+        return failure, limit
 
     def _forget(self, shell: Shell) -> None:
         self._shells.pop(shell.id, None)
 
     async def _watch(self) -> None:
-        """End the shells that ran out of wall time or CPU allowance."""
+        """End the shells that ran out of wall time, or past a limit of their cgroup."""
         while True:
             await asyncio.sleep(TICK)
             now = time.monotonic()
             for shell in self.running():
-                reason = self._overrun(shell, now)
-                if reason is not None:
-                    state, why = reason
-                    task = asyncio.ensure_future(self._end(shell, state, why))
+                overrun = self._overrun(shell, now)
+                if overrun is not None:
+                    state, limit = overrun
+                    task = asyncio.ensure_future(self._end(shell, state, limit.reason, limit=limit))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
 
-    def _overrun(self, shell: Shell, now: float) -> tuple[ShellState, str] | None:
+    def _overrun(self, shell: Shell, now: float) -> tuple[ShellState, LimitEnd] | None:
         if now >= shell.deadline:
-            return ShellState.TIMED_OUT, f"background_wall_seconds = {self.wall_seconds:g}"
-        used = None if shell.accounting is None else shell.accounting.cpu_seconds()
-        if used is not None and used > shell.limits.cpu_seconds:
-            cpu = named(shell.limits, "cpu_seconds")
-            return ShellState.KILLED, f"it used up its CPU time limit ({cpu})"
-        return None
+            return ShellState.TIMED_OUT, shell_bounds.wall_time(self.wall_seconds)
+        # Once its process exited, its clean-up reads (and closes) the counters.
+        acct = shell.accounting
+        if acct is None or shell.process.returncode is not None:
+            return None
+        limit = shell_bounds.reached(shell.limits, acct.cpu_seconds(), acct.pids_refusals())
+        return None if limit is None else (ShellState.KILLED, limit)
 
 
 def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:

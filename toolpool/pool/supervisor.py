@@ -28,6 +28,7 @@ from typing import Any
 
 from toolpool.pool.planner import Action, PoolPlanner, PoolState
 from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.shell_bounds import ShellCaps
 from toolpool.pool.shells import ShellSupervisor
 from toolpool.pool.workers import (
     Flight,
@@ -74,8 +75,15 @@ class Supervisor:
             config, self._on_frames, self._on_exit, self._on_zygote_death
         )
         # Background shells belong to sessions, not workers: the pool keeps them.
+        caps = ShellCaps(
+            per_client=config.max_background_shells_per_client,
+            total=config.max_background_shells,
+        )
         self.shells = ShellSupervisor(
-            self.processes, wall_seconds=config.background_wall_seconds, cpus=config.worker_cpus
+            self.processes,
+            wall_seconds=config.background_wall_seconds,
+            cpus=config.worker_cpus,
+            caps=caps,
         )
         self._workers: dict[str, Worker] = {}
         self._by_pid: dict[int, Worker] = {}
