@@ -67,6 +67,7 @@ class Shell:
     done: asyncio.Future[None]
     reader: threading.Thread
     stop_reading: threading.Event = field(default_factory=threading.Event)
+    starting: asyncio.Future[bool | None] | None = None  # the sandbox's start, looked at
     accounting: CallAccounting | None = None
     state: ShellState = ShellState.RUNNING
     exit_code: int | None = None

@@ -14,7 +14,8 @@ byte range not read before, which the worker reads from the file itself.
 
 How many run at once is capped per session, per client and in the daemon
 (``shell_bounds.ShellCaps``; the daemon tells the supervisor whose a session is,
-``client_of``).
+``client_of``). A sandbox that fails before its command starts is tried once more
+(SPEC X12), as a foreground command's is.
 
 What ends a shell, always its whole process tree (``terminate``; the cgroup, or
 without one the process group and every process whose environment carries the
@@ -55,6 +56,7 @@ from toolpool.pool.shell_process import Shell, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
+from toolpool.sandbox.command import START_ATTEMPTS
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import CgroupMembers, terminate
 
@@ -65,6 +67,7 @@ LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
 DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 END_WAIT = 10.0  # a hang guard: a shell whose processes survive SIGKILL is given up on
 TICK = 0.25  # seconds between looks at the running shells' wall time and limits
+READY_TIMEOUT = 10.0  # seconds a sandbox has to start its command (after the network's)
 
 
 class ShellRefused(Exception):
@@ -74,10 +77,6 @@ class ShellRefused(Exception):
     def __init__(self, message: str, code: ErrorCode = ErrorCode.EXECUTION_FAILED) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _no_client(session_id: str) -> Hashable | None:
-    return None
 
 
 class ShellSupervisor:
@@ -102,7 +101,8 @@ class ShellSupervisor:
         self.wall_seconds = wall_seconds
         self._cpus = cpus
         self.caps = caps or ShellCaps()
-        self.client_of: Callable[[str], Hashable | None] = _no_client
+        self.client_of: Callable[[str], Hashable | None] = lambda _session_id: None
+        self.sandbox_retries = 0  # starts tried again: the sandbox failed before them
         self._shells: dict[str, Shell] = {}
         self._roots: frozenset[int] = frozenset()  # read from the ZAP thread (confines)
         self._ticker: asyncio.Task[None] | None = None
@@ -138,28 +138,62 @@ class ShellSupervisor:
 
     async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
         """Start ``command`` for the call's session; its record (running). Refused
-        (``limit_exceeded``) past a cap."""
+        (``limit_exceeded``) past a cap; a sandbox that fails before the command is
+        tried once more, then refused (``sandbox_failed``)."""
         if not self._open:
             raise ShellRefused("Background shells cannot start: the daemon is stopping.")
         if context.scratch_dir is None:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
         client = self.client_of(context.session_id)
-        running = [(s.session_id, s.client) for s in self.running()]
-        refusal = self.caps.refusal(running, context.session_id, client)
-        if refusal is not None:
-            raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
-        shell = self._spawn(context, limits, command, client)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            # The caps are judged at each attempt: a retry must not overrun them.
+            running = [(s.session_id, s.client) for s in self.running()]
+            refusal = self.caps.refusal(running, context.session_id, client)
+            if refusal is not None:
+                raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
+            shell = self._spawn(context, limits, command, client)
+            failure, again = await self._started(shell)
+            if failure is None:
+                pid, extra = shell.process.pid, {"session": shell.session_id}
+                log.info("background shell %s started (pid %d)", shell.id, pid, extra=extra)
+                return shell.info()
+            self._forget(shell)
+            shell.output.path.unlink(missing_ok=True)  # what the sandbox said is the error
+            if not again or attempt == START_ATTEMPTS:
+                raise ShellRefused(failure, ErrorCode.SANDBOX_FAILED)
+            self.sandbox_retries += 1
+            log.warning("background shell start retried: %s", failure)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _started(self, shell: Shell) -> tuple[str | None, bool]:
+        """Once the sandbox has started the shell's command: (None, _). Else it is
+        over (failed) and (why, whether another attempt may be made): yes when the
+        sandbox ended without starting the command; not when the network's setup
+        failed or the sandbox hung (each waited its time already)."""
         loop = asyncio.get_running_loop()
+
+        def bring_up() -> bool | None:  # a network-allowed one waits for pasta first
+            shell.box.started()
+            return shell.box.wait_ready(READY_TIMEOUT)
+
+        shell.starting = loop.run_in_executor(None, bring_up)
         try:
-            # Connects a network-allowed command's namespace (pasta): may take a while.
-            await loop.run_in_executor(None, shell.box.started)
+            ready = await shell.starting
         except ToolError as exc:  # the sandbox could not be completed: it never ran
             await self._end(shell, ShellState.FAILED, exc.message, grace=0)
-            self._forget(shell)
-            raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
-        pid, extra = shell.process.pid, {"session": shell.session_id}
-        log.info("background shell %s started (pid %d)", shell.id, pid, extra=extra)
-        return shell.info()
+            return exc.message, False
+        if ready is None:
+            why = f"The sandbox did not start the command within {READY_TIMEOUT:g} s."
+            await self._end(shell, ShellState.FAILED, why, grace=0)
+            return why, False
+        if not ready:
+            # No ready byte: the sandbox ends by itself, and its exit says why (_finish).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(shell.done), END_WAIT)
+            why = "The sandbox could not start the command."
+            await self._end(shell, ShellState.FAILED, why, grace=0)  # had it not ended
+            return shell.reason or why, True
+        return None, False
 
     def read(self, session_id: str, shell_id: str) -> tuple[ShellInfo, int, int]:
         """The shell's record and the bytes of its output not read before; the next
@@ -334,6 +368,8 @@ class ShellSupervisor:
         failure: str | None = None
         limit: LimitEnd | None = None
         try:
+            if shell.starting is not None:  # the clean-up reads the rest of the ready
+                await asyncio.wait([shell.starting])  # pipe: after the start's look at it
             failure, limit = await loop.run_in_executor(None, self._clean_up, shell, code)
         except Exception:
             log.exception("cleaning up after background shell %s", shell.id)

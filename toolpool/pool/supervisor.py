@@ -97,6 +97,7 @@ class Supervisor:
         self._zygote_up = True
         self._zygote_lost_at: float | None = None  # until a new worker is ready
         self._counts = {"started": 0, "replaced": 0, "calls": 0, "zygotes_replaced": 0}
+        self._worker_sandbox_retries = 0  # what the workers' results said (SPEC X12)
         self._replacement_ms: deque[float] = deque(maxlen=100)
         self._recovery_ms: deque[float] = deque(maxlen=100)
         self._open = False
@@ -115,6 +116,12 @@ class Supervisor:
 
     def _release(self, worker: Worker) -> None:
         self._perform(self.planner.release(self._state(), worker.id))
+
+    @property
+    def sandbox_retries(self) -> int:
+        """Confined starts tried again because the sandbox failed before its command
+        (SPEC X12): a call's command in a worker, or a background shell."""
+        return self._worker_sandbox_retries + self.shells.sandbox_retries
 
     # -- a worker's life -------------------------------------------------------------------
 
@@ -312,6 +319,7 @@ class Supervisor:
             case Progress() if flight is not None and flight.call_id == message.call_id:
                 flight.on_progress(message.data)
             case Result() if flight is not None and flight.call_id == message.call_id:
+                self._worker_sandbox_retries += int(message.usage.get("sandbox_retries", 0))
                 flights.popleft()
                 flight.answer(message)
                 if flights:

@@ -5,11 +5,12 @@ the sandbox the machine offers (toolpool.sandbox.command: bubblewrap, Landlock,
 seccomp). Output streams as progress while it runs; the model gets at most
 ``MAX_OUTPUT_CHARS`` (head and tail, with a marker) and the whole output stays in a
 spill file in the session's scratch directory, up to the call's ``spill_bytes``
-limit (then a truncation note; SPEC X8; the output's side: command_output.py). On
-timeout or cancel the whole process tree is ended — SIGTERM, a grace period,
-SIGKILL — children that called setsid or nohup included. A background process that
-keeps the output pipe open does not hold the call: once the shell exits, the pipe is
-drained for a bounded time.
+limit (then a truncation note; SPEC X8; the output's side: command_output.py). A
+sandbox that fails before its command starts (no ready byte) is tried once more
+(SPEC X12). On timeout or cancel the whole process tree is ended — SIGTERM, a grace
+period, SIGKILL — children that called setsid or nohup included. A background
+process that keeps the output pipe open does not hold the call: once the shell
+exits, the pipe is drained for a bounded time.
 
 With ``run_in_background`` the command is started through ``ToolContext.shells``
 instead (in a worker: by the pool, confined the same way) and the call returns at
@@ -29,7 +30,7 @@ from typing import Any
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
-from toolpool.sandbox.command import confined
+from toolpool.sandbox.command import START_ATTEMPTS, Confinement, confined, count_retry
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import (
     ProcessGroup,
@@ -46,6 +47,7 @@ DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when ending the command
 DRAIN_AFTER_EXIT = 1.0  # seconds to keep reading after the shell exited
+_CHUNK = 65536
 
 DESCRIPTION = f"""\
 Runs a bash command in the workspace and returns its output (stdout and stderr
@@ -144,32 +146,12 @@ class Bash:
         spill_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         limits = ctx.limits or Limits()
         output = CommandOutput(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
-        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
-        with confined(
-            ["bash", "-c", command],
-            workspace=ctx.workspace,
-            writable=ctx.extra_roots,
-            network=ctx.allow_network,
-            tmp_bytes=limits.tmp_bytes,
-            env=env,
-        ) as box:
-            process = subprocess.Popen(
-                box.argv,
-                cwd=ctx.workspace,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=box.pass_fds,
-                env=box.env,
-            )
-            try:
-                box.started()
-            except ToolError:  # the sandbox could not be completed: the command never ran
-                process.kill()
-                process.wait()
-                output.close()
-                raise
+        started = time.monotonic()
+        try:
+            process, box = self._start(command, ctx, limits, started + timeout)
+        except BaseException:
+            output.close()
+            raise
         assert process.stdout is not None
         stop = threading.Event()
         reader = threading.Thread(
@@ -181,7 +163,6 @@ class Bash:
         group: ProcessSet = ProcessTree(process.pid)
         if "bwrap" not in box.layers:
             group = Together(ProcessGroup(process.pid), group)
-        started = time.monotonic()
         timed_out = False
         try:
             exit_code = self._wait(process, ctx, started + timeout)
@@ -222,6 +203,80 @@ class Bash:
             raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
         return "\n".join(lines)
 
+    def _start(
+        self, command: str, ctx: ToolContext, limits: Limits, deadline: float
+    ) -> tuple[subprocess.Popen[bytes], Confinement]:
+        """The command, started in its sandbox — once more when the sandbox failed
+        before the command the first time (SPEC X12: nothing of it ran). Raises
+        ToolError ``sandbox_failed`` when it failed again, or when a network-allowed
+        command's namespace could not be connected (that is not retried: it waited
+        for its setup already)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            process, box = self._spawn(command, ctx, limits)
+            if self._wait_ready(process, box, ctx, deadline) is not False:
+                return process, box  # running, or the deadline came first: _wait sees it
+            said = _what_the_sandbox_said(process)
+            failure = box.failure(process.returncode, said)
+            assert failure is not None  # no ready byte: the sandbox's own failure
+            if attempt < START_ATTEMPTS:
+                count_retry()
+                continue
+            raise ToolError(failure, code="sandbox_failed", details={"output": said[:4096]})
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _spawn(
+        command: str, ctx: ToolContext, limits: Limits
+    ) -> tuple[subprocess.Popen[bytes], Confinement]:
+        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+        with confined(
+            ["bash", "-c", command],
+            workspace=ctx.workspace,
+            writable=ctx.extra_roots,
+            network=ctx.allow_network,
+            tmp_bytes=limits.tmp_bytes,
+            env=env,
+        ) as box:
+            process = subprocess.Popen(
+                box.argv,
+                cwd=ctx.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=box.pass_fds,
+                env=box.env,
+            )
+            try:
+                box.started()
+            except ToolError:  # the sandbox could not be completed: the command never ran
+                _kill_unstarted(process, box)
+                raise
+        return process, box
+
+    @staticmethod
+    def _wait_ready(
+        process: subprocess.Popen[bytes], box: Confinement, ctx: ToolContext, deadline: float
+    ) -> bool | None:
+        """``box.wait_ready`` until the deadline (None then), the call's cancel
+        raising Cancelled as in ``_wait``. The output is not read meanwhile: what a
+        sandbox that fails says stays in the pipe, for its error, not the spill file."""
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                ready = box.wait_ready(min(remaining, 0.05))
+                if ready is not None:
+                    return ready
+                if ctx.cancelled:
+                    source = ctx.cancel_token.source
+                    assert source is not None
+                    raise Cancelled(source) from None
+        except BaseException:  # nothing of the command runs yet: its sandbox is all there is
+            _kill_unstarted(process, box)
+            raise
+
     @staticmethod
     def _start_in_background(command: str, ctx: ToolContext) -> str:
         if ctx.shells is None:
@@ -255,6 +310,37 @@ class Bash:
                     raise Cancelled(source) from None
         finally:
             os.close(pidfd)
+
+
+def _kill_unstarted(process: subprocess.Popen[bytes], box: Confinement) -> None:
+    """End a sandbox that has not started its command: it is all there is to end
+    (bubblewrap's children die with it)."""
+    process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+    box.finish()
+
+
+def _what_the_sandbox_said(process: subprocess.Popen[bytes]) -> str:
+    """What a sandbox that ended without starting its command wrote (its error),
+    once it has exited; read for at most DRAIN_AFTER_EXIT."""
+    try:
+        process.wait(KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + DRAIN_AFTER_EXIT
+    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.stdout.close()
+    return b"".join(chunks).decode(errors="replace")
 
 
 def _shown(command: str) -> str:
