@@ -8,7 +8,7 @@ from typing import Any
 
 from bench import perfdso
 from bench.format import MiB, num, pcells, times
-from bench.scenarios import scale
+from bench.scenarios import scale, session, shells
 from bench.targets import describe_flood, describe_session_limit, targets
 
 
@@ -102,7 +102,7 @@ def markdown(data: dict[str, Any], command: str) -> str:
         ]
 
     if ses := data.get("session"):
-        lines += session_section(ses)
+        lines += session.report(ses)
 
     if intr := data.get("interrupts"):
         lines += [
@@ -267,6 +267,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
         lines += [
             "![flood](flood.png)",
         ]
+
+    if sh := data.get("shells"):
+        lines += shells.report(sh)
 
     if conf := data.get("confinement"):
         base = conf["summary_ms"]["none"]["p50"]
@@ -462,47 +465,3 @@ def libraries_section(libraries: dict[str, Any] | None, size: int) -> list[str]:
         lines.append(f"| `{name}` | {cells[0]} | {cells[1]} | {perfdso.role(name)} |")
     threads = ", ".join(f"{row['thread']} {row['percent']:.0f}%" for row in one["by_thread"])
     return [*lines, "", f"By thread, one-call turns: {threads}."]
-
-
-def session_section(ses: dict[str, Any]) -> list[str]:
-    tools = ", ".join(f"{name} {n}" for name, n in ses["calls_by_tool"].items())
-    pc = ses["per_call_us"]
-    failed = f"; {len(ses['errors'])} calls failed" if ses["errors"] else ""
-    lines = [
-        "",
-        f"## Session: a coding agent's {ses['calls']} calls on a copy of real source",
-        "",
-        f"{ses['turns']} turns on a copy of `{'`, `'.join(ses['packages'])}` from the standard "
-        f"library ({tools}); toolpool through client → daemon → {ses['workers']} workers, the "
-        f"in-process applier one call after another with the same durable writes; median of "
-        f"{ses['repeats']} runs, each on fresh copies. End trees: "
-        f"{'identical' if ses['trees_match'] else 'DIFFERENT'}{failed}.",
-        "",
-        "| phase | calls | toolpool µs/call | applier µs/call | toolpool × applier |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for phase, n in [*ses["calls_by_phase"].items(), ("all", ses["calls"])]:
-        t, a = pc["toolpool"][phase], pc["applier"][phase]
-        lines.append(f"| {phase} | {n} | {num(t)} | {num(a)} | {times(t, a)} |")
-    tp, ap = ses["cpu_us"]["toolpool"], ses["cpu_us"]["applier"]
-    total = tp["client"]["total"] + tp["daemon"]["total"] + tp["workers"]["total"]
-    total += tp["workers"]["commands"]
-    mine = ap["client"]["total"] + ap["client"]["commands"]
-    lines += [
-        "",
-        "| CPU µs per call | toolpool | applier |",
-        "|---|---:|---:|",
-        f"| client (the applier: its process) | {num(tp['client']['total'])} | "
-        f"{num(ap['client']['total'])} |",
-        f"| daemon | {num(tp['daemon']['total'])} | – |",
-        f"| workers | {num(tp['workers']['total'])} | – |",
-        f"| commands run (rg) | {num(tp['workers']['commands'])} | "
-        f"{num(ap['client']['commands'])} |",
-        f"| all | {num(total)} | {num(mine)} |",
-    ]
-    for problem in ses["errors"][:5]:
-        lines.append(f"- failed: {problem}")
-    for run in ses["runs"]:
-        for diff in run["differences"][:5]:
-            lines.append(f"- {diff}")
-    return lines

@@ -40,6 +40,7 @@ from bench.scenarios import (
     recovery,
     scale,
     session,
+    shells,
     soak,
     throughput,
 )
@@ -57,6 +58,7 @@ SCENARIOS = (
     "peers",
     "soak",
     "flood",
+    "shells",
     "scale",
 )
 # Run when named (--only): it needs the ray extra and starts a Ray cluster.
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = soak.run(args.quick, workspace)
             elif name == "flood":
                 data[name] = flood.run(args.quick, workspace)
+            elif name == "shells":
+                data[name] = shells.run(args.quick, workspace)
             elif name == "scale":
                 data[name] = scale.run(args.quick, workspace)
             progress.update(task, completed=progress.tasks[task].total)

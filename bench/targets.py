@@ -31,6 +31,25 @@ def describe_session_limit(limit: dict[str, Any]) -> str:
     return f"{limit['opened']} opened, then {refused}; {limit['sessions_after']} left after"
 
 
+def shell_targets(sh: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Background shells that flood (SPEC L9): the daemon's CPU, another session's reads."""
+    cpu = sh["daemon_cpu_flood"]["cpu_per_second"]
+    idle = sh["daemon_cpu_idle"]["cpu_per_second"]
+    alone, during = sh["read_ms_alone"]["p99"], sh["read_ms_during_flood"]["p99"]
+    return [
+        (
+            f"{sh['shells']} background `yes` past spill_bytes cost the daemon ≤ 0.1 CPU-s/s",
+            f"{num(cpu, 3)} CPU-s/s ({num(idle, 3)} idle; {sh['started']} shells running)",
+            "met" if within(cpu, 0.1) and sh["started"] == sh["shells"] else "missed",
+        ),
+        (
+            "beside them, another session's read p99 within 2× its p99 alone",
+            f"{num(during, 1)} ms vs {num(alone, 1)} ms ({times(during, alone)})",
+            "met" if within(during, 2 * alone) else "missed",
+        ),
+    ]
+
+
 def _cpu_parts(v: dict[str, float]) -> str:
     return (
         f"{num(v['total'])} µs (main thread {num(v['main'])}, ZeroMQ I/O {num(v['zmq'])}, "
@@ -293,6 +312,8 @@ def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             describe_flood(fl),
             fl["flood_turns_aborted"] and fl["flood_client_disconnected"],
         )
+    if sh := data.get("shells"):
+        rows += shell_targets(sh)
     conf = data.get("confinement")
     if conf:
         check(

@@ -119,13 +119,13 @@ def running_daemon(
 
 
 @contextmanager
-def shared_daemon(tmp: Path, *flags: str) -> Iterator[Daemon]:
+def shared_daemon(tmp: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Daemon]:
     """A daemon that a module's tests share: its processes outlive each test, so the
     per-test leak check leaves them alone (SHARED_ROOTS); stopping it at the end
     must leave nothing behind."""
     from .conftest import SHARED_ROOTS
 
-    daemon = start_daemon(tmp, *flags)
+    daemon = start_daemon(tmp, *flags, env=env)
     SHARED_ROOTS.add(daemon.pid)
     try:
         yield daemon

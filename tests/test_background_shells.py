@@ -4,123 +4,47 @@ daemon's stop and death, their wall time), how they are confined, and that they
 belong to their session, not to the worker that started them.
 
 Every shell's processes are found by a marker in their command line (a sleep of an
-odd length): "none left" means no live process carries it.
+odd length, ``shell_support.marker``): "none left" means no live process carries it.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from toolpool import Client, ToolCall
+from toolpool import Client
 from toolpool.errors import ToolError
-from toolpool.models import ErrorCode, ToolResult
-from toolpool.pool.shells import SHELL_MARK, remove_stale_shells
+from toolpool.models import ErrorCode
+from toolpool.pool.shell_process import SHELL_MARK, remove_stale_shells
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.tools.bash import bash
 from toolpool.tools.shells import bash_output, kill_shell
 
 from .daemon_support import ROOT, Daemon, daemon_env, running_daemon, shared_daemon, start_daemon
+from .shell_support import (
+    call,
+    marked,
+    marker,
+    output_part,
+    read_until,
+    shell_status,
+    sleeping,
+    start,
+    wait_state,
+    wait_until,
+)
 from .tool_support import tool_context
 
 PROFILE = SandboxProfile.probe()
 needs_bwrap = pytest.mark.skipif(not PROFILE.active("bwrap"), reason="bubblewrap is off here")
-_MARKS = itertools.count(1)
-
-
-def marker() -> str:
-    """A sleep length no other process has: the marker of one test's processes."""
-    return f"{4000 + next(_MARKS)}.{os.getpid() % 1000:03d}"
-
-
-def marked(mark: str, *, sleeps_only: bool = False) -> list[int]:
-    """Live processes whose command line carries ``mark`` (the shell, its sandbox…),
-    or only the ``sleep`` processes."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        cmdline = process.info["cmdline"] or []
-        if process.info["status"] == psutil.STATUS_ZOMBIE or not any(mark in a for a in cmdline):
-            continue
-        if not sleeps_only or cmdline[0].endswith("sleep"):
-            found.append(process.pid)
-    return found
-
-
-def sleeping(mark: str) -> int:
-    return len(marked(mark, sleeps_only=True))
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout  # a hang guard, not a measure
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.05)
-
-
-def call(session: Any, name: str, **arguments: Any) -> ToolResult:
-    (result,) = session.submit([ToolCall(f"c{next(_MARKS)}", name, arguments)]).results()
-    return result
-
-
-def start(session: Any, command: str) -> tuple[str, ToolResult]:
-    result = call(session, "bash", command=command, run_in_background=True)
-    assert not result.is_error, result.text
-    return str(result.details["shell_id"]), result
-
-
-def shell_status(client: Client, session: Any, shell_id: str) -> dict[str, Any] | None:
-    shells = client.status()["sessions"].get(session.id, {}).get("shells", [])
-    return next((s for s in shells if s["shell_id"] == shell_id), None)
-
-
-def wait_state(client: Client, session: Any, shell_id: str, state: str) -> dict[str, Any]:
-    def reached() -> bool:
-        shell = shell_status(client, session, shell_id)
-        return shell is not None and shell["state"] == state
-
-    wait_until(reached, f"shell {shell_id} {state}")
-    found = shell_status(client, session, shell_id)
-    assert found is not None
-    return found
-
-
-def output_part(result: ToolResult) -> str:
-    """What a bash_output result holds of the command's output (its last line is the
-    shell's state)."""
-    lines = result.text.splitlines()
-    assert lines[-1].startswith("Shell "), result.text
-    return "\n".join(lines[:-1])
-
-
-def read_until(session: Any, shell_id: str, needle: str) -> tuple[str, ToolResult]:
-    """bash_output, again and again, until ``needle`` came: everything read, the last
-    result."""
-    read: list[str] = []
-    last: list[ToolResult] = []
-
-    def seen() -> bool:
-        result = call(session, "bash_output", shell_id=shell_id)
-        assert not result.is_error, result.text
-        last[:] = [result]
-        part = output_part(result)
-        if part != "(no new output)":
-            read.append(part)
-        return needle in "\n".join(read)
-
-    wait_until(seen, f"{needle!r} in the output of shell {shell_id}")
-    return "\n".join(read), last[0]
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +230,7 @@ def test_F6_status_lists_the_sessions_shells(
         call(session, "kill_shell", shell_id=shell_id)
 
 
-@pytest.mark.spec("F6")
+@pytest.mark.spec("F6", "L9")
 def test_F6_a_shell_is_stopped_at_its_wall_time(tmp_path: Path, workspace: Path) -> None:
     mark = marker()
     with (
@@ -320,6 +244,12 @@ def test_F6_a_shell_is_stopped_at_its_wall_time(tmp_path: Path, workspace: Path)
         read = call(session, "bash_output", shell_id=shell_id)
         assert read.text.endswith(
             f"Shell {shell_id} timed out (background_wall_seconds = 0.5) and was stopped."
+        )
+        # A limit ended it (L9): the read says so as limit_exceeded, naming it.
+        assert read.is_error and read.error_code is ErrorCode.LIMIT_EXCEEDED
+        assert (read.details["limit"], read.details["limit_value"]) == (
+            "background_wall_seconds",
+            0.5,
         )
 
 

@@ -32,6 +32,7 @@ SCENARIOS = (
     "peers",
     "soak",
     "flood",
+    "shells",
 )
 KINDS = {"no-op", "sleep 20 ms", "cpu 20 ms", "read", "grep"}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -254,6 +255,25 @@ def test_quick_flood_lets_the_stalled_client_go_and_serves_the_other(
         # L6: the open over the limit is refused, naming the limit
         assert limit["opened"] < limit["attempts"]
         assert "max_sessions_per_client" in limit["refused"]
+
+
+@pytest.mark.spec("L9", "X12")
+def test_quick_shells_measures_the_daemon_beside_sixteen_floods(
+    quick_run: tuple[Path, Path, str],
+) -> None:
+    out, _, _ = quick_run
+    shells: dict[str, Any] = json.loads((out / "raw.json").read_text())["shells"]
+    # all 16 started, passed spill_bytes and ran on (slowed, not killed)
+    assert shells["started"] == shells["shells"] == 16 and shells["refused"] == []
+    assert shells["seconds_to_pass_spill_bytes"] is not None
+    assert shells["states_while_measured"] == ["running"]
+    for window in ("daemon_cpu_idle", "daemon_cpu_flood"):
+        assert shells[window]["pieces"]["n"] > 0 and shells[window]["cpu_per_second"] >= 0
+    assert shells["read_ms_alone"]["n"] == shells["read_ms_during_flood"]["n"] > 0
+    assert shells["read_errors"] == 0
+    assert isinstance(shells["sandbox_retries"], int)  # X12: counted, and reported
+    report = (out / "report.md").read_text()
+    assert "background `yes` past spill_bytes cost the daemon" in report
 
 
 def _positive(value: Any) -> bool:

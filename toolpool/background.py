@@ -33,7 +33,8 @@ class ShellInfo:
     """A background shell as its owner reports it. ``started`` and ``ended`` are Unix
     times; ``output_bytes`` is what its output file holds (at most the call's
     ``spill_bytes``, then a truncation note: ``truncated``); ``reason`` says why it
-    was ended when it did not exit by itself."""
+    was ended when it did not exit by itself, and ``limit`` names the limit that
+    ended it, with its value (``limit_value``), when one did (SPEC L9)."""
 
     shell_id: str
     command: str
@@ -46,6 +47,8 @@ class ShellInfo:
     exit_code: int | None = None
     ended: float | None = None
     reason: str = ""
+    limit: str = ""
+    limit_value: float | int | None = None
 
     def describe_state(self) -> str:
         """The state as the model reads it, after "it": "is running", "exited with
@@ -76,6 +79,8 @@ class ShellInfo:
             "exit_code": self.exit_code,
             "ended": self.ended,
             "reason": self.reason,
+            "limit": self.limit,
+            "limit_value": self.limit_value,
         }
 
     @classmethod
@@ -92,6 +97,8 @@ class ShellInfo:
             exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
             ended=None if data.get("ended") is None else float(data["ended"]),
             reason=str(data.get("reason", "")),
+            limit=str(data.get("limit", "")),
+            limit_value=data.get("limit_value"),
         )
 
 

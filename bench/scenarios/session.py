@@ -18,6 +18,7 @@ from typing import Any
 from bench.applier import Applier
 from bench.common import daemon
 from bench.cputime import StackMeter, median_of
+from bench.format import num, times
 from bench.scenarios.throughput import STDLIB_PACKAGES, tree
 from toolpool import Client, ToolCall
 
@@ -264,3 +265,48 @@ def run(quick: bool, workspace: Path) -> dict[str, Any]:
         "runs": runs,
         "stdlib": sysconfig.get_paths()["stdlib"],
     }
+
+
+def report(ses: dict[str, Any]) -> list[str]:
+    """The report's section: µs per call by phase, CPU per process, the trees' match."""
+    tools = ", ".join(f"{name} {n}" for name, n in ses["calls_by_tool"].items())
+    pc = ses["per_call_us"]
+    failed = f"; {len(ses['errors'])} calls failed" if ses["errors"] else ""
+    lines = [
+        "",
+        f"## Session: a coding agent's {ses['calls']} calls on a copy of real source",
+        "",
+        f"{ses['turns']} turns on a copy of `{'`, `'.join(ses['packages'])}` from the standard "
+        f"library ({tools}); toolpool through client → daemon → {ses['workers']} workers, the "
+        f"in-process applier one call after another with the same durable writes; median of "
+        f"{ses['repeats']} runs, each on fresh copies. End trees: "
+        f"{'identical' if ses['trees_match'] else 'DIFFERENT'}{failed}.",
+        "",
+        "| phase | calls | toolpool µs/call | applier µs/call | toolpool × applier |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for phase, n in [*ses["calls_by_phase"].items(), ("all", ses["calls"])]:
+        t, a = pc["toolpool"][phase], pc["applier"][phase]
+        lines.append(f"| {phase} | {n} | {num(t)} | {num(a)} | {times(t, a)} |")
+    tp, ap = ses["cpu_us"]["toolpool"], ses["cpu_us"]["applier"]
+    total = tp["client"]["total"] + tp["daemon"]["total"] + tp["workers"]["total"]
+    total += tp["workers"]["commands"]
+    mine = ap["client"]["total"] + ap["client"]["commands"]
+    lines += [
+        "",
+        "| CPU µs per call | toolpool | applier |",
+        "|---|---:|---:|",
+        f"| client (the applier: its process) | {num(tp['client']['total'])} | "
+        f"{num(ap['client']['total'])} |",
+        f"| daemon | {num(tp['daemon']['total'])} | – |",
+        f"| workers | {num(tp['workers']['total'])} | – |",
+        f"| commands run (rg) | {num(tp['workers']['commands'])} | "
+        f"{num(ap['client']['commands'])} |",
+        f"| all | {num(total)} | {num(mine)} |",
+    ]
+    for problem in ses["errors"][:5]:
+        lines.append(f"- failed: {problem}")
+    for run in ses["runs"]:
+        for diff in run["differences"][:5]:
+            lines.append(f"- {diff}")
+    return lines

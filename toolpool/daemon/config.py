@@ -143,6 +143,8 @@ SETTINGS: tuple[Setting, ...] = (
         Number(0, above=True),
         "seconds a background shell (bash run_in_background) may run",
     ),
+    _setting("max_background_shells_per_client", Integer(1), "shells one client runs at once"),
+    _setting("max_background_shells", Integer(1), "background shells the daemon runs at once"),
 )
 
 _LIMIT_DOCS = {
@@ -223,6 +225,8 @@ class DaemonConfig:
     max_sessions: int = 1024
     turn_output_chars: int = 400_000  # a turn's model-facing text (L4); 0: no budget
     background_wall_seconds: float = 3600.0  # a background shell's life (docs/workers.md)
+    max_background_shells_per_client: int = 32  # running at once (L9; 16 per session)
+    max_background_shells: int = 256
 
     def __post_init__(self) -> None:
         # A config made in code meets the same table as one loaded (no sources to name).

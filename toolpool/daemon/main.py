@@ -29,7 +29,7 @@ from toolpool.mcp.bridges import import_mcp_servers
 from toolpool.mcp.config import McpConfigError
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.pool.shells import remove_stale_shells
+from toolpool.pool.shell_process import remove_stale_shells
 from toolpool.registry import ToolRegistry
 from toolpool.runtime import (
     ENDPOINT_NAME,
@@ -140,6 +140,8 @@ async def _serve(
             runtime_dir=runtime / f"workers-{os.getpid()}",
             policy=confinement_policy(config, runtime),
             background_wall_seconds=config.background_wall_seconds,
+            max_background_shells_per_client=config.max_background_shells_per_client,
+            max_background_shells=config.max_background_shells,
         )
     )
     try:

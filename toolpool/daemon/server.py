@@ -103,6 +103,13 @@ class Server(Requests):
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
         self.endpoints: list[str] = []
+        if pool is not None:  # its background shells are capped per client too (L9)
+            pool.shells.client_of = self.session_owner
+
+    def session_owner(self, session_id: str) -> Address | None:
+        """The client whose session ``session_id`` is (None: no such session)."""
+        entry = self.sessions.get(session_id)
+        return None if entry is None else entry.owner
 
     # -- life cycle ----------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ def daemon_status(
         status["zygote_recovery_ms"] = workers.zygote_recovery_ms
         status["sandbox"] = workers.profile
         status["background_shells"] = len(pool.shells.running())
+        status["sandbox_retries"] = pool.sandbox_retries  # X12: failed before, started again
     return status
 
 

@@ -3,24 +3,29 @@ them; workers only ask (``ShellRequest`` → ``ShellReply``, ``toolpool.worker.s
 
 A shell belongs to its session, not to the worker whose call started it: recycling
 or losing that worker changes nothing, and any later call of the session, on any
-worker, reads or ends it. It is confined as a foreground command is
-(``toolpool.sandbox.command.confined``: bubblewrap, seccomp, Landlock, network as the
-session allows); what a worker would have given the command besides — its own cgroup
-(the call's memory and process limits, the workers' CPU quota), the call's rlimits,
-an empty network namespace without bubblewrap — the exec wrapper gives it
-(``confine_exec.py --cgroup --rlimit --unshare-net``) before it execs the sandbox.
+worker, reads or ends it. It is confined as a foreground command is, with what a
+worker would have given it besides: its cgroup, the call's rlimits
+(``shell_process.py``, which also keeps the record of each shell).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
-scratch directory, up to the call's ``spill_bytes`` and a truncation note; a read
-gets the byte range not read before, which the worker reads from the file itself.
+scratch directory as bytes, up to the call's ``spill_bytes`` and a truncation note
+(``shell_output.py``: past the cap it is drained slowly and dropped); a read gets the
+byte range not read before, which the worker reads from the file itself.
+
+How many run at once is capped per session, per client and in the daemon
+(``shell_bounds.ShellCaps``; the daemon tells the supervisor whose a session is,
+``client_of``). A sandbox that fails before its command starts is tried once more
+(SPEC X12), as a foreground command's is.
 
 What ends a shell, always its whole process tree (``terminate``; the cgroup, or
 without one the process group and every process whose environment carries the
 shell's mark — setsid and nohup escapees included):
 
 - ``kill_shell``; its session closing; the pool closing (the daemon's stop);
-- ``background_wall_seconds`` (state ``timed_out``), or its CPU allowance spent
-  over every process of its cgroup (``cpu_seconds``, state ``killed``);
+- ``background_wall_seconds`` (state ``timed_out``), or a limit of its cgroup —
+  its CPU allowance spent over all its processes (``cpu_seconds``), a fork its
+  ``processes`` limit refused, the OOM killer (``memory_bytes``) — state ``killed``,
+  the limit named (``shell_bounds``, SPEC L9);
 - its command exiting: what it left running is ended after a short drain;
 - the daemon's death: bubblewrap dies with its parent (and its PID namespace with
   it); the next start kills what is left in the dead daemon's cgroups
@@ -31,183 +36,73 @@ shell's mark — setsid and nohup escapees included):
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import logging
-import math
 import os
 import secrets
-import select
-import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
 from toolpool.errors import ToolError
+from toolpool.models import ErrorCode
+from toolpool.pool import shell_bounds
 from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
+from toolpool.pool.shell_output import OutputFile, pump
+from toolpool.pool.shell_process import Shell, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
-from toolpool.sandbox import confine_exec, linux
-from toolpool.sandbox.cgroups import CallAccounting, WorkerCgroup
-from toolpool.sandbox.command import Confinement, confined
-from toolpool.sandbox.limits import Limits, named
-from toolpool.sandbox.terminate import (
-    CgroupMembers,
-    MarkedProcesses,
-    ProcessGroup,
-    ProcessSet,
-    ProcessTree,
-    Together,
-    environment_marks,
-    terminate,
-)
+from toolpool.sandbox import linux
+from toolpool.sandbox.cgroups import CallAccounting
+from toolpool.sandbox.command import START_ATTEMPTS
+from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.terminate import CgroupMembers, terminate
 
 log = logging.getLogger("toolpool.pool")
 
-SHELL_MARK = "TOOLPOOL_SHELL"  # in every shell's environment: "<daemon pid>:<shell id>"
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a shell is ended
 LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
 DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 END_WAIT = 10.0  # a hang guard: a shell whose processes survive SIGKILL is given up on
-TICK = 0.25  # seconds between looks at the running shells' wall time and CPU
-MAX_RUNNING_PER_SESSION = 16
-SHOWN_COMMAND_CHARS = 80
+TICK = 0.25  # seconds between looks at the running shells' wall time and limits
+READY_TIMEOUT = 10.0  # seconds a sandbox has to start its command (after the network's)
 
 
 class ShellRefused(Exception):
-    """A request the supervisor refuses; the message is for the model."""
+    """A request the supervisor refuses; the message is for the model, the ``code``
+    (an ErrorCode) for the result."""
 
-
-class _OutputFile:
-    """A shell's output file: text as it comes, up to ``limit`` bytes and a note.
-    ``written`` (what a reader may read) moves only after the bytes are in the file."""
-
-    def __init__(self, path: Path, limit: int) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        self.path = path
-        self._fd = os.open(path, flags, 0o600)  # only the daemon's user reads it (X8)
-        self._limit = limit
-        self._kept = 0
-        self.written = 0
-        self.truncated = False
-
-    def add(self, text: str) -> None:
-        if self.truncated or not text:
-            return
-        data = text.encode("utf-8", errors="replace")
-        room = self._limit - self._kept
-        if len(data) > room:
-            # Cut at a character's start: the file stays UTF-8 at every offset given.
-            data = data[:room].decode("utf-8", errors="ignore").encode()
-            self.truncated = True
-        self._write(data)
-        self._kept += len(data)
-        if self.truncated:
-            self._write(f"\n[output truncated at {self._limit} bytes: spill_bytes]\n".encode())
-        self.written = os.lseek(self._fd, 0, os.SEEK_CUR)
-
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-
-    def head(self, size: int) -> str:
-        with open(self.path, "rb") as f:
-            return f.read(size).decode(errors="replace")
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def _pump(fd: int, output: _OutputFile, stop: threading.Event) -> None:
-    """Copy the command's output to its file until EOF or ``stop``; close the pipe."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    try:
-        while not stop.is_set():
-            if not select.select([fd], [], [], 0.1)[0]:
-                continue
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            output.add(decoder.decode(data))
-        output.add(decoder.decode(b"", final=True))
-    finally:
-        os.close(fd)
-
-
-@dataclass(eq=False)
-class Shell:
-    """One background shell as the supervisor keeps it."""
-
-    id: str
-    session_id: str
-    command: str
-    process: subprocess.Popen[bytes]
-    box: Confinement
-    output: _OutputFile
-    cgroup: WorkerCgroup | None
-    limits: Limits
-    mark: str
-    started: float  # Unix time
-    deadline: float  # monotonic
-    done: asyncio.Future[None]
-    reader: threading.Thread
-    stop_reading: threading.Event = field(default_factory=threading.Event)
-    accounting: CallAccounting | None = None
-    state: ShellState = ShellState.RUNNING
-    exit_code: int | None = None
-    ended: float | None = None
-    reason: str = ""
-    read_at: int = 0  # the output's bytes before it were read
-
-    def info(self) -> ShellInfo:
-        return ShellInfo(
-            shell_id=self.id,
-            command=self.command,
-            state=self.state,
-            pid=self.process.pid,
-            started=self.started,
-            output_path=str(self.output.path),
-            output_bytes=self.output.written,
-            truncated=self.output.truncated,
-            exit_code=self.exit_code,
-            ended=self.ended,
-            reason=self.reason,
-        )
-
-    def listing(self) -> dict[str, object]:
-        """What ``status`` shows of it."""
-        command = " ".join(self.command.split())
-        if len(command) > SHOWN_COMMAND_CHARS:
-            command = command[: SHOWN_COMMAND_CHARS - 1] + "…"
-        return {
-            "shell_id": self.id,
-            "command": command,
-            "state": self.state.value,
-            "pid": self.process.pid,
-            "started": round(self.started, 3),
-            "output_bytes": self.output.written,
-            "exit_code": self.exit_code,
-        }
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.EXECUTION_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ShellSupervisor:
     """The pool's background shells, by id; each request answered for the session of
-    the call that asked. ``WorkerPool`` makes one, and closes it when it closes."""
+    the call that asked. ``WorkerPool`` makes one, and closes it when it closes.
 
-    def __init__(self, processes: WorkerProcesses, *, wall_seconds: float, cpus: float) -> None:
+    ``client_of`` says whose a session is (a key equal for one client's sessions;
+    None: not known, no cap per client). The daemon, which keeps the sessions' owners,
+    sets it. A callback, not a field of the call's context: the client is none of the
+    worker's business (the context crosses to it), and the daemon's table stays the
+    one truth — asked once, as a shell starts (a session's owner never changes)."""
+
+    def __init__(
+        self,
+        processes: WorkerProcesses,
+        *,
+        wall_seconds: float,
+        cpus: float,
+        caps: ShellCaps | None = None,
+    ) -> None:
         self._processes = processes  # the sandbox profile, policy and cgroups in use
         self.wall_seconds = wall_seconds
         self._cpus = cpus
+        self.caps = caps or ShellCaps()
+        self.client_of: Callable[[str], Hashable | None] = lambda _session_id: None
+        self.sandbox_retries = 0  # starts tried again: the sandbox failed before them
         self._shells: dict[str, Shell] = {}
         self._roots: frozenset[int] = frozenset()  # read from the ZAP thread (confines)
         self._ticker: asyncio.Task[None] | None = None
@@ -235,40 +130,70 @@ class ShellSupervisor:
                     shell = await self.kill(context.session_id, request.shell_id)
                     return ShellReply(call_id, request_id, shell.to_dict())
         except ShellRefused as exc:
-            return ShellReply(call_id, request_id, error=str(exc))
+            return ShellReply(call_id, request_id, error=str(exc), code=exc.code.value)
         except Exception as exc:  # the worker must hear an answer, whatever went wrong
             log.exception("background shell request %s failed", request.action.value)
             text = f"The background shell request failed: {type(exc).__name__}: {exc}"
             return ShellReply(call_id, request_id, error=text)
 
     async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
-        """Start ``command`` for the call's session; its record (running)."""
+        """Start ``command`` for the call's session; its record (running). Refused
+        (``limit_exceeded``) past a cap; a sandbox that fails before the command is
+        tried once more, then refused (``sandbox_failed``)."""
         if not self._open:
             raise ShellRefused("Background shells cannot start: the daemon is stopping.")
         if context.scratch_dir is None:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
-        running = self.running(context.session_id)
-        if len(running) >= MAX_RUNNING_PER_SESSION:
-            raise ShellRefused(
-                f"This session already runs {len(running)} background shells, the most it "
-                "may: end one with kill_shell first."
-            )
-        shell = self._spawn(context, limits, command)
+        client = self.client_of(context.session_id)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            # The caps are judged at each attempt: a retry must not overrun them.
+            running = [(s.session_id, s.client) for s in self.running()]
+            refusal = self.caps.refusal(running, context.session_id, client)
+            if refusal is not None:
+                raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
+            shell = self._spawn(context, limits, command, client)
+            failure, again = await self._started(shell)
+            if failure is None:
+                pid, extra = shell.process.pid, {"session": shell.session_id}
+                log.info("background shell %s started (pid %d)", shell.id, pid, extra=extra)
+                return shell.info()
+            self._forget(shell)
+            shell.output.path.unlink(missing_ok=True)  # what the sandbox said is the error
+            if not again or attempt == START_ATTEMPTS:
+                raise ShellRefused(failure, ErrorCode.SANDBOX_FAILED)
+            self.sandbox_retries += 1
+            log.warning("background shell start retried: %s", failure)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _started(self, shell: Shell) -> tuple[str | None, bool]:
+        """Once the sandbox has started the shell's command: (None, _). Else it is
+        over (failed) and (why, whether another attempt may be made): yes when the
+        sandbox ended without starting the command; not when the network's setup
+        failed or the sandbox hung (each waited its time already)."""
         loop = asyncio.get_running_loop()
+
+        def bring_up() -> bool | None:  # a network-allowed one waits for pasta first
+            shell.box.started()
+            return shell.box.wait_ready(READY_TIMEOUT)
+
+        shell.starting = loop.run_in_executor(None, bring_up)
         try:
-            # Connects a network-allowed command's namespace (pasta): may take a while.
-            await loop.run_in_executor(None, shell.box.started)
+            ready = await shell.starting
         except ToolError as exc:  # the sandbox could not be completed: it never ran
             await self._end(shell, ShellState.FAILED, exc.message, grace=0)
-            self._forget(shell)
-            raise ShellRefused(exc.message) from None
-        log.info(
-            "background shell %s started (pid %d)",
-            shell.id,
-            shell.process.pid,
-            extra={"session": shell.session_id},
-        )
-        return shell.info()
+            return exc.message, False
+        if ready is None:
+            why = f"The sandbox did not start the command within {READY_TIMEOUT:g} s."
+            await self._end(shell, ShellState.FAILED, why, grace=0)
+            return why, False
+        if not ready:
+            # No ready byte: the sandbox ends by itself, and its exit says why (_finish).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(shell.done), END_WAIT)
+            why = "The sandbox could not start the command."
+            await self._end(shell, ShellState.FAILED, why, grace=0)  # had it not ended
+            return shell.reason or why, True
+        return None, False
 
     def read(self, session_id: str, shell_id: str) -> tuple[ShellInfo, int, int]:
         """The shell's record and the bytes of its output not read before; the next
@@ -348,17 +273,20 @@ class ShellSupervisor:
 
     # -- a shell's life ---------------------------------------------------------------------
 
-    def _spawn(self, context: CallContext, limits: Limits, command: str) -> Shell:
+    def _spawn(
+        self, context: CallContext, limits: Limits, command: str, client: Hashable | None
+    ) -> Shell:
         """Start the confined command, its output's reader and its exit's watch."""
         assert context.scratch_dir is not None
         shell_id = self._new_id()
         directory = Path(context.scratch_dir) / "shells"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        output = _OutputFile(directory / f"{shell_id}.log", limits.spill_bytes)
-        cgroup = self._cgroup(shell_id, limits)
+        output = OutputFile(directory / f"{shell_id}.log", limits.spill_bytes)
+        cgroup = shell_cgroup(self._processes.cgroups, shell_id, limits, self._cpus)
         mark = f"{os.getpid()}:{shell_id}"
+        profile, policy = self._processes.profile, self._processes.policy
         try:
-            process, box, read_fd = self._popen(context, limits, command, cgroup, mark)
+            process, box, read_fd = launch(context, limits, command, cgroup, mark, profile, policy)
         except BaseException:
             output.close()
             if cgroup is not None:
@@ -367,7 +295,7 @@ class ShellSupervisor:
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         reader = threading.Thread(
-            target=_pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
+            target=pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
         )
         shell = Shell(
             id=shell_id,
@@ -379,6 +307,7 @@ class ShellSupervisor:
             cgroup=cgroup,
             limits=limits,
             mark=mark,
+            client=client,
             started=time.time(),
             deadline=time.monotonic() + self.wall_seconds,
             done=loop.create_future(),
@@ -395,118 +324,26 @@ class ShellSupervisor:
             self._ticker = asyncio.ensure_future(self._watch())
         return shell
 
-    def _popen(
-        self,
-        context: CallContext,
-        limits: Limits,
-        command: str,
-        cgroup: WorkerCgroup | None,
-        mark: str,
-    ) -> tuple[subprocess.Popen[bytes], Confinement, int]:
-        profile = self._processes.profile
-        workspace = Path(context.workspace)
-        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", SHELL_MARK: mark}
-        with confined(
-            ["bash", "-c", command],
-            workspace=workspace,
-            writable=tuple(Path(p) for p in context.extra_roots),
-            network=context.allow_network,
-            profile=profile,
-            policy=self._processes.policy,
-            tmp_bytes=limits.tmp_bytes,
-            env=env,
-        ) as box:
-            # A worker of a network-less session lives in an empty network namespace,
-            # and so do its commands; bubblewrap makes its own, else the wrapper does.
-            unshare = (
-                not context.allow_network and "bwrap" not in box.layers and profile.active("netns")
-            )
-            argv = [*self._launcher(cgroup, limits, unshare), *box.argv]
-            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-            try:
-                # From the event loop's thread, which lives as long as the daemon:
-                # bubblewrap's parent-death signal follows the thread that forked it.
-                process = subprocess.Popen(
-                    argv,
-                    cwd=workspace,
-                    stdin=subprocess.DEVNULL,
-                    stdout=write_fd,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=box.pass_fds,
-                    env=box.env,
-                )
-            except BaseException:
-                os.close(read_fd)
-                raise
-            finally:
-                os.close(write_fd)
-        return process, box, read_fd
-
-    @staticmethod
-    def _launcher(cgroup: WorkerCgroup | None, limits: Limits, unshare_net: bool) -> list[str]:
-        """The exec wrapper that gives the command what a worker would have: its
-        cgroup, the call's rlimits (RLIMIT_AS where no memory cgroup bounds it)."""
-        argv = [sys.executable, "-I", "-S", confine_exec.__file__]
-        for procs in cgroup.procs_files() if cgroup is not None else ():
-            argv += ["--cgroup", str(procs)]
-        rlimits = {
-            "CORE": 0,
-            "NOFILE": limits.open_files,
-            "FSIZE": limits.file_size_bytes,
-            "CPU": max(1, math.ceil(limits.cpu_seconds)),
-        }
-        if cgroup is None or "memory" not in cgroup.controllers:
-            rlimits["AS"] = limits.memory_bytes
-        for name, value in rlimits.items():
-            argv += ["--rlimit", f"{name}={value}"]
-        if unshare_net:
-            argv.append("--unshare-net")
-        return [*argv, "--"]
-
-    def _cgroup(self, shell_id: str, limits: Limits) -> WorkerCgroup | None:
-        tree = self._processes.cgroups
-        if tree is None:
-            return None
-        cgroup = tree.create(f"shell-{shell_id}")
-        try:
-            cgroup.set_memory(limits.memory_bytes)
-            cgroup.set_pids(limits.processes)
-            cgroup.set_cpu(self._cpus)
-        except OSError:
-            cgroup.remove()
-            raise
-        return cgroup
-
     def _new_id(self) -> str:
         while True:
             shell_id = secrets.token_hex(4)
             if shell_id not in self._shells:
                 return shell_id
 
-    def _members(self, shell: Shell, *, with_root: bool) -> ProcessSet:
-        """Every process of the shell. In bubblewrap's PID namespace nothing outlives
-        bubblewrap, so its tree is all there is; else its process group and, where a
-        cgroup holds them, the cgroup, or without one every process with its mark."""
-        sets: list[ProcessSet] = []
-        if with_root:  # before it is reaped: after, its pid may be another's
-            sets.append(ProcessTree(shell.process.pid))
-        if "bwrap" not in shell.box.layers:
-            sets.append(ProcessGroup(shell.process.pid))
-        if shell.cgroup is not None:
-            sets.append(CgroupMembers(shell.cgroup.procs_files()))
-        elif "bwrap" not in shell.box.layers:
-            sets.append(MarkedProcesses(SHELL_MARK, shell.mark))
-        return Together(*sets)
-
     async def _end(
-        self, shell: Shell, state: ShellState, reason: str, *, grace: float = KILL_GRACE
+        self,
+        shell: Shell,
+        state: ShellState,
+        reason: str,
+        *,
+        grace: float = KILL_GRACE,
+        limit: LimitEnd | None = None,
     ) -> None:
-        """End a running shell with ``state``; wait until it is over (a shell that
-        ended already is left as it is)."""
+        """End a running shell with ``state`` (and the ``limit`` that ended it); wait
+        until it is over (a shell that ended already is left as it is)."""
         if shell.state is ShellState.RUNNING:
-            shell.state, shell.reason = state, reason
-            members = self._members(shell, with_root=True)
+            shell.state, shell.reason, shell.limit = state, reason, limit
+            members = shell.members(with_root=True)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, lambda: terminate(members, grace=grace))
             if shell.cgroup is not None:
@@ -528,12 +365,14 @@ class ShellSupervisor:
 
     async def _finish(self, shell: Shell, code: int) -> None:
         loop = asyncio.get_running_loop()
+        failure: str | None = None
+        limit: LimitEnd | None = None
         try:
-            failure = await loop.run_in_executor(None, self._clean_up, shell, code)
+            if shell.starting is not None:  # the clean-up reads the rest of the ready
+                await asyncio.wait([shell.starting])  # pipe: after the start's look at it
+            failure, limit = await loop.run_in_executor(None, self._clean_up, shell, code)
         except Exception:
             log.exception("cleaning up after background shell %s", shell.id)
-            failure = None
-        oom = shell.cgroup is not None and shell.cgroup.oom_kills() > 0
         if shell.cgroup is not None:
             shell.cgroup.remove()
         shell.exit_code = code
@@ -541,80 +380,68 @@ class ShellSupervisor:
         if shell.state is ShellState.RUNNING:
             if failure is not None:
                 shell.state, shell.reason = ShellState.FAILED, failure
-            elif oom:
-                reason = f"it ran out of memory ({named(shell.limits, 'memory_bytes')})"
-                shell.state, shell.reason = ShellState.KILLED, reason
+            elif limit is not None:  # a limit the watch had not seen yet ended it
+                shell.state, shell.reason, shell.limit = ShellState.KILLED, limit.reason, limit
             else:
                 shell.state = ShellState.EXITED
         self._roots = self._roots - {shell.process.pid}
-        log.info(
-            "background shell %s ended: %s",
-            shell.id,
-            shell.info().describe_state(),
-            extra={"session": shell.session_id},
-        )
+        ended, extra = shell.info().describe_state(), {"session": shell.session_id}
+        log.info("background shell %s ended: %s", shell.id, ended, extra=extra)
         if not shell.done.done():
             shell.done.set_result(None)
 
-    def _clean_up(self, shell: Shell, code: int) -> str | None:
+    def _clean_up(self, shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
         """(In a thread.) Read the last output, end what the command left running,
-        close the output; why the sandbox failed to start it, if it did."""
+        close the output; why the sandbox failed to start it, if it did, and the
+        limit its cgroup says ended it, if one did."""
         shell.reader.join(DRAIN_AFTER_EXIT)
         shell.stop_reading.set()
-        terminate(self._members(shell, with_root=False), grace=LEFTOVER_GRACE)
+        terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
         if shell.cgroup is not None:
             shell.cgroup.kill_all()
             for _ in _retries():  # members take a moment to leave once killed
                 if not CgroupMembers(shell.cgroup.procs_files()).pids():
                     break
         shell.reader.join()
-        if shell.accounting is not None:
-            shell.accounting.close()
+        cpu: float | None = None
+        oom = pids = 0
+        if (acct := shell.accounting) is not None:
+            cpu, oom, pids = acct.cpu_seconds(), acct.oom_kills(), acct.pids_refusals()
+            acct.close()
+        # Without a cgroup there are no counters, but RLIMIT_CPU's SIGXCPU still tells.
+        limit = shell_bounds.at_exit(shell.limits, code, cpu, oom, pids)
         failure = shell.box.failure(code, shell.output.head(4096))
         shell.output.close()
-        return failure
+        return failure, limit
 
     def _forget(self, shell: Shell) -> None:
         self._shells.pop(shell.id, None)
 
     async def _watch(self) -> None:
-        """End the shells that ran out of wall time or CPU allowance."""
+        """End the shells that ran out of wall time, or past a limit of their cgroup."""
         while True:
             await asyncio.sleep(TICK)
             now = time.monotonic()
             for shell in self.running():
-                reason = self._overrun(shell, now)
-                if reason is not None:
-                    state, why = reason
-                    task = asyncio.ensure_future(self._end(shell, state, why))
+                overrun = self._overrun(shell, now)
+                if overrun is not None:
+                    state, limit = overrun
+                    task = asyncio.ensure_future(self._end(shell, state, limit.reason, limit=limit))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
 
-    def _overrun(self, shell: Shell, now: float) -> tuple[ShellState, str] | None:
+    def _overrun(self, shell: Shell, now: float) -> tuple[ShellState, LimitEnd] | None:
         if now >= shell.deadline:
-            return ShellState.TIMED_OUT, f"background_wall_seconds = {self.wall_seconds:g}"
-        used = None if shell.accounting is None else shell.accounting.cpu_seconds()
-        if used is not None and used > shell.limits.cpu_seconds:
-            cpu = named(shell.limits, "cpu_seconds")
-            return ShellState.KILLED, f"it used up its CPU time limit ({cpu})"
-        return None
+            return ShellState.TIMED_OUT, shell_bounds.wall_time(self.wall_seconds)
+        # Once its process exited, its clean-up reads (and closes) the counters.
+        acct = shell.accounting
+        if acct is None or shell.process.returncode is not None:
+            return None
+        limit = shell_bounds.reached(shell.limits, acct.cpu_seconds(), acct.pids_refusals())
+        return None if limit is None else (ShellState.KILLED, limit)
 
 
 def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:
     for _ in range(times):
         yield
         time.sleep(pause)
-
-
-def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:
-    """Kill the processes of shells whose daemon is no longer running (SPEC L7),
-    found by their mark: what bubblewrap's parent-death signal and the stale cgroups
-    did not end (a machine without either). Their pids, for the log."""
-    killed = []
-    for pid, mark in environment_marks(SHELL_MARK).items():
-        daemon = mark.partition(":")[0]
-        if daemon.isdigit() and not alive(int(daemon)) and pid != os.getpid():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed

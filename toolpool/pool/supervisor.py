@@ -28,6 +28,7 @@ from typing import Any
 
 from toolpool.pool.planner import Action, PoolPlanner, PoolState
 from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.shell_bounds import ShellCaps
 from toolpool.pool.shells import ShellSupervisor
 from toolpool.pool.workers import (
     Flight,
@@ -75,8 +76,15 @@ class Supervisor:
             config, self._on_frames, self._on_exit, self._on_zygote_death
         )
         # Background shells belong to sessions, not workers: the pool keeps them.
+        caps = ShellCaps(
+            per_client=config.max_background_shells_per_client,
+            total=config.max_background_shells,
+        )
         self.shells = ShellSupervisor(
-            self.processes, wall_seconds=config.background_wall_seconds, cpus=config.worker_cpus
+            self.processes,
+            wall_seconds=config.background_wall_seconds,
+            cpus=config.worker_cpus,
+            caps=caps,
         )
         self._workers: dict[str, Worker] = {}
         self._by_pid: dict[int, Worker] = {}
@@ -90,6 +98,7 @@ class Supervisor:
         self._zygote_up = True
         self._zygote_lost_at: float | None = None  # until a new worker is ready
         self._counts = {"started": 0, "replaced": 0, "calls": 0, "zygotes_replaced": 0}
+        self._worker_sandbox_retries = 0  # what the workers' results said (SPEC X12)
         self._replacement_ms: deque[float] = deque(maxlen=100)
         self._recovery_ms: deque[float] = deque(maxlen=100)
         self._open = False
@@ -108,6 +117,12 @@ class Supervisor:
 
     def _release(self, worker: Worker) -> None:
         self._perform(self.planner.release(self._state(), worker.id))
+
+    @property
+    def sandbox_retries(self) -> int:
+        """Confined starts tried again because the sandbox failed before its command
+        (SPEC X12): a call's command in a worker, or a background shell."""
+        return self._worker_sandbox_retries + self.shells.sandbox_retries
 
     # -- a worker's life -------------------------------------------------------------------
 
@@ -308,6 +323,7 @@ class Supervisor:
                 if flight.on_preview is not None:
                     flight.on_preview(message.data, message.truncated)
             case Result() if flight is not None and flight.call_id == message.call_id:
+                self._worker_sandbox_retries += int(message.usage.get("sandbox_retries", 0))
                 flights.popleft()
                 flight.answer(message)
                 if flights:

@@ -46,6 +46,8 @@ class PoolConfig:
     spawn_timeout: float = 10.0
     policy: Policy = field(default_factory=Policy.default)  # what confined code may see
     background_wall_seconds: float = 3600.0  # how long a background shell may run
+    max_background_shells_per_client: int = 32  # running at once, all its sessions (L9)
+    max_background_shells: int = 256  # running at once in the pool (L9)
     # A busy worker may hold the next read-only call behind the one it runs, once the
     # pool is at max_workers: it starts it without waiting for the pool (SPEC H4).
     hold_calls: bool = True

@@ -181,6 +181,7 @@ class ShellReply:
     ``error`` says, for the model, why the request was refused (no such shell in the
     session, too many running, the sandbox failed). For ``output``, ``start`` and
     ``end`` are the bytes of its output file not read before.
+    ``code`` is a refusal's ErrorCode value ("limit_exceeded", "sandbox_failed"…).
     """
 
     type: ClassVar[MessageType] = MessageType.SHELL_REPLY
@@ -190,6 +191,7 @@ class ShellReply:
     error: str = ""
     start: int = 0
     end: int = 0
+    code: str = ""
 
 
 @dataclass(frozen=True, slots=True)

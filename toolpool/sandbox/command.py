@@ -3,8 +3,10 @@
     with confined(["bash", "-c", cmd], workspace=ws, network=False) as box:
         process = subprocess.Popen(box.argv, pass_fds=box.pass_fds, env=box.env, ...)
         box.started()
-        ...
-        failure = box.failure(exit_code, output_head)  # the sandbox's own, or None
+    if not box.wait_ready(timeout):  # False: the sandbox failed before the command
+        ...                          # (may be started again: START_ATTEMPTS, SPEC X12)
+    ...
+    failure = box.failure(exit_code, output_head)  # the sandbox's own, or None
 
 Each layer is applied when the active profile has it:
 - bubblewrap: a new user namespace as our own uid (every capability set empty, no
@@ -29,8 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +50,25 @@ from toolpool.sandbox.profile import SandboxProfile, active_profile
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 DEFAULT_TMP_BYTES = 256 * 1024 * 1024
 NETWORK_SETUP_SECONDS = 10.0  # pasta connecting a network-allowed command's namespace
+# A sandbox that fails before its command starts (bubblewrap under load: "loopback:
+# Failed RTM_NEWADDR: No child processes") ran nothing of it: it is started once more
+# before the failure is reported (SPEC X12). A tool that retries counts it here: its
+# worker reports the count with the call's usage (the pool's own shells count theirs).
+START_ATTEMPTS = 2
+_retries = 0
+_retries_lock = threading.Lock()
+
+
+def count_retry() -> None:
+    """A confined command's start is being retried (its sandbox failed before it)."""
+    global _retries
+    with _retries_lock:
+        _retries += 1
+
+
+def sandbox_retries() -> int:
+    """How many confined starts this process retried so far (``count_retry``)."""
+    return _retries
 
 
 @dataclass(slots=True)
@@ -58,6 +81,8 @@ class Confinement:
     env: dict[str, str]
     _status_fd: int | None = None  # the exec wrapper's "every layer is on" pipe
     _status: str | None = None
+    _ready: bool | None = None  # what ``wait_ready`` found, once it found it
+    _head: str = ""  # the first byte of the ready pipe, read by ``wait_ready``
     _network: OutboundNetwork | None = None  # the outbound-only namespace (X3)
     _network_started: bool = False
     _fds: list[int] = field(default_factory=list)
@@ -75,6 +100,24 @@ class Confinement:
             except NetworkSetupError as exc:
                 raise _network_failed(exc) from exc
 
+    def wait_ready(self, timeout: float | None) -> bool | None:
+        """After ``started()``: whether the sandbox started the command (True: every
+        layer in place, the command runs) or ended without starting it (False: it
+        wrote no ready byte, so nothing of the command ran, and starting it again is
+        safe); None when neither happened within ``timeout`` seconds (ask again).
+        True at once without a sandbox."""
+        if self._status_fd is None or self._ready is not None:
+            return True if self._ready is None else self._ready
+        if not select.select([self._status_fd], [], [], timeout)[0]:
+            return None
+        try:
+            first = os.read(self._status_fd, 1)
+        except OSError:
+            first = b""
+        self._head = first.decode(errors="replace")
+        self._ready = first == b"1"
+        return self._ready
+
     def finish(self) -> None:
         """Call once the process has ended: reads what the wrapper said and lets the
         network helper go (idempotent)."""
@@ -83,7 +126,7 @@ class Confinement:
             self._network.close()
             self._network = None
         if self._status_fd is not None:
-            self._status = _read_all(self._status_fd)
+            self._status = self._head + _read_all(self._status_fd)
             self._status_fd = None
 
     def _close_inherited(self) -> None:

@@ -1,5 +1,5 @@
 """Confine this process, then exec a command: ``python -I -S confine_exec.py
-[--cgroup PROCS]... [--rlimit NAME=N]... [--unshare-net] [--drop-caps] [--rw DIR]...
+[--cgroup PROCS]... [--rlimit NAME=N[:HARD]]... [--unshare-net] [--drop-caps] [--rw DIR]...
 [--ro PATH]... [--seccomp FILE] [--no-network] -- ARGV...``.
 
 Standard library only, so it starts in milliseconds with ``-I -S`` and runs inside
@@ -9,8 +9,9 @@ has none of it):
 
 - ``--cgroup``: join the cgroup of that ``cgroup.procs`` file (one per hierarchy);
 - ``--rlimit``: set an rlimit, soft and hard (``CPU``, ``FSIZE``, ``NOFILE``,
-  ``CORE``, ``AS``); with ``FSIZE`` SIGXFSZ is ignored, so that an oversized write
-  fails with EFBIG as in a worker;
+  ``CORE``, ``AS``), or soft ``N`` and a hard limit of its own (``CPU=5:6``: SIGXCPU
+  at 5 s, a death that names the limit, and SIGKILL at 6 s); with ``FSIZE`` SIGXFSZ is
+  ignored, so that an oversized write fails with EFBIG as in a worker;
 - ``--unshare-net``: a new, empty network namespace.
 
 Then the layers, each applied when asked:
@@ -201,14 +202,17 @@ def _join_cgroup(procs: str) -> None:
 
 def _set_rlimit(item: str) -> None:
     name, _, value = item.partition("=")
-    if name not in _RLIMITS or not value.isdigit():
+    soft, _, hard = value.partition(":")
+    if name not in _RLIMITS or not soft.isdigit() or not (hard or soft).isdigit():
         sys.stderr.write(f"toolpool sandbox: bad --rlimit {item}\n")
         sys.exit(126)
     which = _RLIMITS[name]
-    hard = resource.getrlimit(which)[1]
-    limit = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+    cap = resource.getrlimit(which)[1]
+    limits = [int(soft), int(hard or soft)]
+    if cap != resource.RLIM_INFINITY:
+        limits = [min(limit, cap) for limit in limits]
     try:
-        resource.setrlimit(which, (limit, limit))
+        resource.setrlimit(which, (min(limits), limits[1]))
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"toolpool sandbox: setting RLIMIT_{name}: {exc}\n")
         sys.exit(126)

@@ -5,10 +5,12 @@ the sandbox the machine offers (toolpool.sandbox.command: bubblewrap, Landlock,
 seccomp). Output streams as progress while it runs; the model gets at most
 ``MAX_OUTPUT_CHARS`` (head and tail, with a marker) and the whole output stays in a
 spill file in the session's scratch directory, up to the call's ``spill_bytes``
-limit (then a truncation note; SPEC X8). On timeout or cancel the whole
-process tree is ended — SIGTERM, a grace period, SIGKILL — children that called
-setsid or nohup included. A background process that keeps the output pipe open
-does not hold the call: once the shell exits, the pipe is drained for a bounded time.
+limit (then a truncation note; SPEC X8; the output's side: command_output.py). A
+sandbox that fails before its command starts (no ready byte) is tried once more
+(SPEC X12). On timeout or cancel the whole process tree is ended — SIGTERM, a grace
+period, SIGKILL — children that called setsid or nohup included. A background
+process that keeps the output pipe open does not hold the call: once the shell
+exits, the pipe is drained for a bounded time.
 
 With ``run_in_background`` the command is started through ``ToolContext.shells``
 instead (in a worker: by the pool, confined the same way) and the call returns at
@@ -23,13 +25,12 @@ import select
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
-from toolpool.sandbox.command import confined
+from toolpool.sandbox.command import START_ATTEMPTS, Confinement, confined, count_retry
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import (
     ProcessGroup,
@@ -39,16 +40,13 @@ from toolpool.sandbox.terminate import (
     terminate,
 )
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
-from toolpool.tools.head_tail import HeadAndTail
+from toolpool.tools.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
 from toolpool.tools.paths import display
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
-MAX_OUTPUT_CHARS = 30_000
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when ending the command
 DRAIN_AFTER_EXIT = 1.0  # seconds to keep reading after the shell exited
-STREAM_INTERVAL = 0.1  # seconds between progress reports
-STREAM_LIMIT = 1_000_000  # characters streamed as progress; the rest only in the spill file
 _CHUNK = 65536
 
 DESCRIPTION = f"""\
@@ -80,117 +78,6 @@ record that edit and write need.
 - Give a short description (5-10 words) of what the command does, e.g. "Run the unit
   tests".
 """
-
-
-class _Output:
-    """The command's output as it arrives: to the spill file up to ``spill_limit``
-    bytes (then a truncation note), the head and tail kept for the model, fresh text
-    streamed as progress now and then."""
-
-    def __init__(self, spill: Path, ctx: ToolContext, spill_limit: int) -> None:
-        self.spill_path = spill
-        # Only the daemon's user may read it: another user must not see what ran (X8).
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(spill, flags, 0o600)
-        self._spill = os.fdopen(fd, "wb")
-        self._spill_limit = spill_limit
-        self.spilled = 0  # bytes in the spill file, the note aside
-        self.spill_truncated = False
-        self._ctx = ctx
-        self._kept = HeadAndTail(MAX_OUTPUT_CHARS)
-        self._unsent: list[str] = []
-        self._unsent_chars = 0
-        self._streamed = 0
-        self._last_sent = time.monotonic()
-        self._lock = threading.Lock()
-
-    def add(self, text: str) -> None:
-        if not text:
-            return
-        with self._lock:
-            if self._streamed + self._unsent_chars <= STREAM_LIMIT:
-                # Past the streaming limit nothing more is kept to stream: a fast
-                # writer must not pile up in memory between two reports.
-                self._unsent.append(text)
-                self._unsent_chars += len(text)
-            self._write_spill(text)
-            self._kept.add(text)
-        self.stream()
-
-    def _write_spill(self, text: str) -> None:
-        if self.spill_truncated:
-            return
-        data = text.encode("utf-8", errors="replace")
-        room = self._spill_limit - self.spilled
-        if len(data) > room:
-            data = data[:room]
-            self.spill_truncated = True
-        self._spill.write(data)
-        self.spilled += len(data)
-        if self.spill_truncated:
-            note = f"\n[output truncated at {self._spill_limit} bytes: spill_bytes]\n"
-            self._spill.write(note.encode())
-
-    def stream(self, final: bool = False) -> None:
-        """Send what arrived since the last report, at most every STREAM_INTERVAL."""
-        with self._lock:
-            now = time.monotonic()
-            if not self._unsent or (not final and now - self._last_sent < STREAM_INTERVAL):
-                return
-            chunk = "".join(self._unsent)
-            self._unsent.clear()
-            self._unsent_chars = 0
-            self._last_sent = now
-            if self._streamed >= STREAM_LIMIT:
-                return
-            if self._streamed + len(chunk) > STREAM_LIMIT:
-                chunk = chunk[: STREAM_LIMIT - self._streamed] + "\n[output streaming stopped]\n"
-            self._streamed += len(chunk)
-        if chunk:
-            self._ctx.report_progress(chunk)
-
-    def close(self) -> None:
-        self.stream(final=True)
-        self._spill.close()
-
-    @property
-    def total_chars(self) -> int:
-        return self._kept.total
-
-    def text(self) -> tuple[str, bool]:
-        """What the model sees, and whether it was cut."""
-        with self._lock:
-            return self._kept.text()
-
-
-def _read_output(fd: int, output: _Output, stop: threading.Event) -> None:
-    """Read the pipe until EOF, or until ``stop`` is set (the drain ran out)."""
-    decoder = _Utf8Decoder()
-    while not stop.is_set():
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if not ready:
-            output.stream()
-            continue
-        try:
-            data = os.read(fd, _CHUNK)
-        except OSError:
-            break
-        if not data:
-            break
-        output.add(decoder.decode(data))
-    output.add(decoder.decode(b"", final=True))
-
-
-class _Utf8Decoder:
-    """Incremental UTF-8 decoding: a character split across reads stays whole."""
-
-    def __init__(self) -> None:
-        import codecs
-
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def decode(self, data: bytes, final: bool = False) -> str:
-        return str(self._decoder.decode(data, final))
 
 
 class Bash:
@@ -258,37 +145,17 @@ class Bash:
         spill_dir = ctx.scratch_dir / "bash"
         spill_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         limits = ctx.limits or Limits()
-        output = _Output(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
-        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
-        with confined(
-            ["bash", "-c", command],
-            workspace=ctx.workspace,
-            writable=ctx.extra_roots,
-            network=ctx.allow_network,
-            tmp_bytes=limits.tmp_bytes,
-            env=env,
-        ) as box:
-            process = subprocess.Popen(
-                box.argv,
-                cwd=ctx.workspace,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=box.pass_fds,
-                env=box.env,
-            )
-            try:
-                box.started()
-            except ToolError:  # the sandbox could not be completed: the command never ran
-                process.kill()
-                process.wait()
-                output.close()
-                raise
+        output = CommandOutput(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
+        started = time.monotonic()
+        try:
+            process, box = self._start(command, ctx, limits, started + timeout)
+        except BaseException:
+            output.close()
+            raise
         assert process.stdout is not None
         stop = threading.Event()
         reader = threading.Thread(
-            target=_read_output, args=(process.stdout.fileno(), output, stop), daemon=True
+            target=read_output, args=(process.stdout.fileno(), output, stop), daemon=True
         )
         reader.start()
         # In bubblewrap's PID namespace nothing outlives bubblewrap: its tree is all
@@ -296,7 +163,6 @@ class Bash:
         group: ProcessSet = ProcessTree(process.pid)
         if "bwrap" not in box.layers:
             group = Together(ProcessGroup(process.pid), group)
-        started = time.monotonic()
         timed_out = False
         try:
             exit_code = self._wait(process, ctx, started + timeout)
@@ -337,6 +203,80 @@ class Bash:
             raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
         return "\n".join(lines)
 
+    def _start(
+        self, command: str, ctx: ToolContext, limits: Limits, deadline: float
+    ) -> tuple[subprocess.Popen[bytes], Confinement]:
+        """The command, started in its sandbox — once more when the sandbox failed
+        before the command the first time (SPEC X12: nothing of it ran). Raises
+        ToolError ``sandbox_failed`` when it failed again, or when a network-allowed
+        command's namespace could not be connected (that is not retried: it waited
+        for its setup already)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            process, box = self._spawn(command, ctx, limits)
+            if self._wait_ready(process, box, ctx, deadline) is not False:
+                return process, box  # running, or the deadline came first: _wait sees it
+            said = _what_the_sandbox_said(process)
+            failure = box.failure(process.returncode, said)
+            assert failure is not None  # no ready byte: the sandbox's own failure
+            if attempt < START_ATTEMPTS:
+                count_retry()
+                continue
+            raise ToolError(failure, code="sandbox_failed", details={"output": said[:4096]})
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _spawn(
+        command: str, ctx: ToolContext, limits: Limits
+    ) -> tuple[subprocess.Popen[bytes], Confinement]:
+        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+        with confined(
+            ["bash", "-c", command],
+            workspace=ctx.workspace,
+            writable=ctx.extra_roots,
+            network=ctx.allow_network,
+            tmp_bytes=limits.tmp_bytes,
+            env=env,
+        ) as box:
+            process = subprocess.Popen(
+                box.argv,
+                cwd=ctx.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=box.pass_fds,
+                env=box.env,
+            )
+            try:
+                box.started()
+            except ToolError:  # the sandbox could not be completed: the command never ran
+                _kill_unstarted(process, box)
+                raise
+        return process, box
+
+    @staticmethod
+    def _wait_ready(
+        process: subprocess.Popen[bytes], box: Confinement, ctx: ToolContext, deadline: float
+    ) -> bool | None:
+        """``box.wait_ready`` until the deadline (None then), the call's cancel
+        raising Cancelled as in ``_wait``. The output is not read meanwhile: what a
+        sandbox that fails says stays in the pipe, for its error, not the spill file."""
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                ready = box.wait_ready(min(remaining, 0.05))
+                if ready is not None:
+                    return ready
+                if ctx.cancelled:
+                    source = ctx.cancel_token.source
+                    assert source is not None
+                    raise Cancelled(source) from None
+        except BaseException:  # nothing of the command runs yet: its sandbox is all there is
+            _kill_unstarted(process, box)
+            raise
+
     @staticmethod
     def _start_in_background(command: str, ctx: ToolContext) -> str:
         if ctx.shells is None:
@@ -370,6 +310,37 @@ class Bash:
                     raise Cancelled(source) from None
         finally:
             os.close(pidfd)
+
+
+def _kill_unstarted(process: subprocess.Popen[bytes], box: Confinement) -> None:
+    """End a sandbox that has not started its command: it is all there is to end
+    (bubblewrap's children die with it)."""
+    process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+    box.finish()
+
+
+def _what_the_sandbox_said(process: subprocess.Popen[bytes]) -> str:
+    """What a sandbox that ended without starting its command wrote (its error),
+    once it has exited; read for at most DRAIN_AFTER_EXIT."""
+    try:
+        process.wait(KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + DRAIN_AFTER_EXIT
+    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.stdout.close()
+    return b"".join(chunks).decode(errors="replace")
 
 
 def _shown(command: str) -> str:

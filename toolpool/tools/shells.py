@@ -5,7 +5,9 @@
 read position) and reads it from the shell's output file in the session's scratch
 directory; only ``MAX_OUTPUT_CHARS`` of it (head and tail) reach the model, the file
 keeps the rest. ``filter`` keeps the lines a regular expression matches; the others
-are passed over for good. ``kill_shell`` ends a shell's whole process tree.
+are passed over for good. A shell a limit ended (its CPU time, memory, processes,
+its wall time) is reported as ``limit_exceeded``, naming the limit, at every read of
+it. ``kill_shell`` ends a shell's whole process tree.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from toolpool.background import BackgroundShells, ShellInfo
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ValidationResult
-from toolpool.tools.bash import MAX_OUTPUT_CHARS
+from toolpool.tools.command_output import MAX_OUTPUT_CHARS
 from toolpool.tools.head_tail import HeadAndTail
 from toolpool.tools.paths import display
 
@@ -32,7 +34,9 @@ _SHELL_ID = {
 OUTPUT_DESCRIPTION = f"""\
 Reads the output of a background shell (one started by bash with run_in_background):
 what it printed since the last read (stdout and stderr together), and whether it is
-still running or has exited (with its exit code), was killed or timed out.
+still running or has exited (with its exit code), was killed or timed out. A shell
+a limit stopped (CPU time, memory, processes, the background time limit) is
+reported as an error naming that limit.
 
 - Each read returns only the new output; call it again later for more.
 - filter: a regular expression; only the new lines that match are returned, the
@@ -150,6 +154,11 @@ class BashOutput:
             )
         elif cut:
             lines.append(f"Full output ({shell.output_bytes} bytes): {where}")
+        if shell.limit:
+            # A limit ended it: the result says so as a foreground call's does (X7,
+            # L9), so that "killed by cpu_seconds" never reads as "exited with 137".
+            details = {"limit": shell.limit, "limit_value": shell.limit_value}
+            raise ToolError("\n".join(lines), code="limit_exceeded", details=details)
         return "\n".join(lines)
 
 

@@ -45,6 +45,7 @@ from toolpool.protocol import CallContext, CallStatus, Execute, Preview, Progres
 from toolpool.registry import ToolRegistry, ToolSpec
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
+from toolpool.sandbox.command import sandbox_retries
 from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext, ValidationResult
@@ -221,6 +222,7 @@ class Runner:
         self._memory.reset()
         me = resource.getrusage(resource.RUSAGE_SELF)  # after the reset: see _PeakMemory
         cpu_before = _cpu_seconds(me)
+        retries_before = sandbox_retries()  # starts the call's tool retries (SPEC X12)
         self._memory.started(me)
         printed = _PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
@@ -306,6 +308,8 @@ class Runner:
         ended = swept + (stopped[1] if stopped is not None else 0)
         if ended:
             usage["ended_processes"] = ended
+        if retried := sandbox_retries() - retries_before:
+            usage["sandbox_retries"] = retried
         payload = result.to_dict()
         size = len(self._packer.pack(payload))
         if size > limits.output_bytes:

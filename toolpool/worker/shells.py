@@ -50,7 +50,7 @@ class WorkerShells:
         except TimeoutError as exc:
             raise ToolError(f"The daemon did not answer in time: {exc}.") from None
         if reply.error:
-            raise ToolError(reply.error)
+            raise ToolError(reply.error, code=reply.code or None)
         return reply
 
     def _shell(self, reply: ShellReply) -> ShellInfo:
