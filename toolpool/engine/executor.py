@@ -6,19 +6,24 @@ tools in this process, for tests and debugging; the worker pool runs them in
 sandboxed worker processes (SPEC D1, D2), so that nothing whose cost grows with a
 tool's input runs in the daemon (L10).
 
-A call that no gate and no middleware stands between is one ``execute`` of stage
+A call that no gate and no middleware stands between is one ``submit`` of stage
 ``FULL``: validate, preview (``on_preview``, before execution starts), execute, in
-one dispatch. Otherwise ``prepare`` runs validate and preview, the gate decides, and
-``execute`` of stage ``EXECUTE`` runs the tool alone.
+one dispatch. Otherwise a ``submit`` of stage ``PREPARE`` runs validate and preview,
+the gate decides, and one of stage ``EXECUTE`` runs the tool alone.
+
+The interface is callbacks, not coroutines: a call's life in the daemon is a small
+state machine, without a task per call.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolpool.models import Stage, ToolCall, ToolResult
+from toolpool.outcomes import cancelled_result, result_from_exception
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
 
@@ -50,22 +55,49 @@ class ExecutionRequest:
     on_preview: PreviewSink = _no_preview
 
 
-class Executor(Protocol):
-    """Runs a call's tool code and always answers with a result.
+Done = Callable[[ToolResult | None], None]
 
-    Contract: never raise for a tool's failure (return an error result); when the
+
+class Executor(Protocol):
+    """Runs a call's tool code and always answers, exactly once, through ``done``.
+
+    ``submit`` returns at once; ``done(result)`` is called later from the event
+    loop's thread (or before ``submit`` returns, for an answer known at once). Stage
+    ``FULL`` runs validate and preview first, ``EXECUTE`` the tool alone, and
+    ``PREPARE`` validate and preview alone: ``done(None)`` when validate passed and
+    the preview (if any) went to ``on_preview``, else the call's result (a refusal, a
+    failed preview, a cancel, a lost worker). The other stages always give a result.
+
+    Contract: never raise for a tool's failure (answer an error result); when the
     cancel token fires, stop the call and answer promptly with a cancelled result
     (``toolpool.outcomes.cancelled_result``) unless the tool finished anyway. A
     refusal by validate, or a preview that raised, is the call's result
     (``toolpool.preflight``): the tool does not execute.
     """
 
-    async def execute(self, request: ExecutionRequest) -> ToolResult:
-        """The call's result; stage ``FULL`` runs validate and preview first."""
-        ...
+    def submit(self, request: ExecutionRequest, done: Done) -> None: ...
 
-    async def prepare(self, request: ExecutionRequest) -> ToolResult | None:
-        """P6 and P7 alone: None when validate passed and the preview (if any) went
-        to ``on_preview``; otherwise the call's result (a refusal, a failed preview,
-        a cancel, a lost worker)."""
-        ...
+
+async def submitted(executor: Executor, request: ExecutionRequest) -> ToolResult | None:
+    """``executor.submit`` awaited: where a coroutine needs the answer (a middleware's
+    ``call_next``, a gate's slow path)."""
+    future: asyncio.Future[ToolResult | None] = asyncio.get_running_loop().create_future()
+
+    def done(result: ToolResult | None) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    executor.submit(request, done)
+    return await future
+
+
+def outcome_of(
+    request: ExecutionRequest, finished: asyncio.Future[ToolResult | None]
+) -> ToolResult | None:
+    """What a finished task of a call answers: its result; the cancelled result when
+    the task was cancelled; the exception it broke on, as an error result."""
+    if finished.cancelled():
+        token = request.context.cancel_token
+        return cancelled_result(request.call, token.source, token.cause)
+    exc = finished.exception()
+    return result_from_exception(request.call, exc) if exc is not None else finished.result()

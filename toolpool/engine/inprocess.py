@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from toolpool.engine.executor import ExecutionRequest
+from toolpool.engine.executor import Done, ExecutionRequest, outcome_of
 from toolpool.models import ErrorCode, Stage, ToolResult
 from toolpool.outcomes import cancelled_result, result_from_exception, result_from_output
 from toolpool.preflight import capped, failed_as, refusal
@@ -75,14 +75,15 @@ class InProcessExecutor:
     def __init__(self, cancel_grace: float = 2.0) -> None:
         self.cancel_grace = cancel_grace
 
-    async def prepare(self, request: ExecutionRequest) -> ToolResult | None:
-        return await self._preflight(request, self._context(request))
+    def submit(self, request: ExecutionRequest, done: Done) -> None:
+        task = asyncio.ensure_future(self._run(request))
+        task.add_done_callback(lambda finished: done(outcome_of(request, finished)))
 
-    async def execute(self, request: ExecutionRequest) -> ToolResult:
+    async def _run(self, request: ExecutionRequest) -> ToolResult | None:
         ctx = self._context(request)
-        if request.stage is Stage.FULL:
+        if request.stage is not Stage.EXECUTE:
             refused = await self._preflight(request, ctx)
-            if refused is not None:
+            if refused is not None or request.stage is Stage.PREPARE:
                 return refused
         return await self._execute(request, ctx)
 

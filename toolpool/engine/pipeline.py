@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 from toolpool.arguments import ArgumentCheck
 from toolpool.cancel import CancelToken
 from toolpool.engine.budget import OutputShare, cut_to_share, over_share, spill_limit, write_spill
-from toolpool.engine.executor import ExecutionRequest, Executor
+from toolpool.engine.executor import ExecutionRequest, Executor, submitted
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.engine.middleware import Middleware, build_chain
 from toolpool.engine.session import Session
@@ -97,7 +98,7 @@ class Pipeline:
         self.gate = gate
         self._executor = executor
         self._middlewares = tuple(middlewares)
-        self._execute = build_chain(middlewares, executor.execute)
+        self._execute = build_chain(middlewares, functools.partial(_executed, executor))
 
     async def run(
         self,
@@ -243,7 +244,7 @@ class Pipeline:
         if spec.has_validate or spec.has_preview:  # P6, P7
             try:
                 staged = dataclasses.replace(request, stage=Stage.PREPARE)
-                refused = await self._executor.prepare(staged)
+                refused = await submitted(self._executor, staged)
             except Exception as exc:
                 refused = result_from_exception(call, exc)
             if refused is not None:
@@ -284,6 +285,13 @@ class _PreviewSeen:
     def __call__(self, value: Any, truncated: bool) -> None:
         self.value, self.truncated = value, truncated
         self._emit(ToolUpdate(self._call.id, self._call.name, UpdateKind.PREVIEW, value))
+
+
+async def _executed(executor: Executor, request: ExecutionRequest) -> ToolResult:
+    """The innermost layer of the middleware onion: the executor's answer."""
+    result = await submitted(executor, request)
+    assert result is not None  # only stage "prepare" may answer None
+    return result
 
 
 def _shown(path: Path, session: Session) -> str:

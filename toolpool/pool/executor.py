@@ -9,11 +9,12 @@ ToolResult.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from toolpool.cancel import CancelToken
-from toolpool.engine.executor import ExecutionRequest
+from toolpool.engine.executor import Done, ExecutionRequest, outcome_of
 from toolpool.file_reads import FileReadRegister, apply_changes
 from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import cancelled_result
@@ -47,12 +48,12 @@ class PoolExecutor:
             limits = limits.merged(layer)
         return limits
 
-    async def execute(self, request: ExecutionRequest) -> ToolResult:
-        result, _ = await self._run(request)
-        return result
+    def submit(self, request: ExecutionRequest, done: Done) -> None:
+        task = asyncio.ensure_future(self._answer(request))
+        task.add_done_callback(lambda finished: done(outcome_of(request, finished)))
 
-    async def prepare(self, request: ExecutionRequest) -> ToolResult | None:
-        """Validate and preview in a worker (stage "prepare"), under the call's limits."""
+    async def _answer(self, request: ExecutionRequest) -> ToolResult | None:
+        """The call's result; None for a "prepare" whose validate passed."""
         result, outcome = await self._run(request)
         return None if outcome is not None and outcome.status is OutcomeStatus.PREPARED else result
 
