@@ -171,15 +171,15 @@ class Channel:
         self._busy = True
         return True
 
-    def end_call(self, ticket: int, result: Message) -> None:
-        """The tool is done: send what it reported, then its result."""
+    def end_call(self, ticket: int, result: bytes) -> None:
+        """The tool is done: send what it reported, then its result (a frame)."""
         with self._calls:
             self._running = None
             self._ended.append(ticket)
         self._busy = False
         with self._lock:
             self._flush()
-            self._socket.send(encode(result))
+            self._socket.send(result)
 
     def withdraw(self, ticket: int) -> None:
         """Give back a call without starting it (the call before left the worker

@@ -15,7 +15,7 @@ from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.models import ErrorCode, ToolCall, ToolResult
-from toolpool.protocol import CallStatus, Execute, Result, Shutdown
+from toolpool.protocol import CallStatus, Execute, Result, Shutdown, encode
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux, seccomp
 from toolpool.sandbox.limits import Limits, apply_process_limits
@@ -105,13 +105,14 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
             if not channel.begin_call(message.ticket):
                 continue  # a Cancel took it back before it started
             try:
-                result = runner.run(message)
+                result, frame = runner.answer(message)
             except Cancelled:
                 # The cancel signal landed between the tool's end and our bookkeeping.
                 call = ToolCall(message.call_id, message.tool, message.arguments)
                 cancelled = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
                 result = Result(message.call_id, CallStatus.CANCELLED, cancelled.to_dict())
-            channel.end_call(message.ticket, result)
+                frame = encode(result)
+            channel.end_call(message.ticket, frame)
             unfit = _leaves_unfit(result)
     finally:
         runner.close()

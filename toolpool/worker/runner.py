@@ -41,7 +41,15 @@ from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import result_from_exception, result_from_output
 from toolpool.preflight import capped, failed_as, not_a_verdict, refusal
-from toolpool.protocol import CallContext, CallStatus, Execute, Preview, Progress, Result
+from toolpool.protocol import (
+    CallContext,
+    CallStatus,
+    Execute,
+    Preview,
+    Progress,
+    Result,
+    encode,
+)
 from toolpool.registry import ToolRegistry, ToolSpec
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
@@ -68,6 +76,9 @@ def _cancel_errors() -> tuple[type[BaseException], ...]:
 
 # How long what a call left running gets between SIGTERM and SIGKILL.
 SWEEP_GRACE = 0.5
+
+# A validate's or a preview's answer that is never awaitable (``Runner._now``).
+_PLAIN_ANSWERS = (ValidationResult, str)
 
 # signal.getsignal without its conversion to the Handlers enum, which for a Python
 # handler raises and catches a ValueError whose message holds the handler's repr:
@@ -140,8 +151,9 @@ class Runner:
         self._loop: asyncio.AbstractEventLoop | None = None  # made for the first async tool
         self._pid = os.getpid()
         self._memory = _PeakMemory()
-        # A result's size, as the wire will carry it. One packer, reused: msgpack.packb
-        # makes a packer and its buffer per call (4 µs for a small result, 2 reused).
+        # A result's size, as the wire will carry it, when its frame is past the output
+        # limit. One packer, reused: msgpack.packb makes a packer and its buffer per
+        # call (4 µs for a small result, 2 reused).
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self._watch = CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
         self._shells = WorkerShells(channel)  # the calls' ToolContext.shells
@@ -202,6 +214,33 @@ class Runner:
     # -- one call ------------------------------------------------------------------
 
     def run(self, message: Execute) -> Result:
+        """Run one call; its ``Result``."""
+        return self.answer(message)[0]
+
+    def answer(self, message: Execute) -> tuple[Result, bytes]:
+        """Run one call; its ``Result`` and the frame that carries it, the result
+        within the call's output limit (or the error that says it was not)."""
+        result = self._run(message)
+        frame = encode(result)
+        limit = self._call_limits.output_bytes
+        if len(frame) <= limit:
+            # The frame holds the tool's result and a little more: only a frame past
+            # the limit has the result itself measured (a second packing of it).
+            return result, frame
+        size = len(self._packer.pack(result.result))
+        if size <= limit:
+            return result, frame
+        call = ToolCall(message.call_id, message.tool, message.arguments)
+        refused = ToolResult.error(
+            call,
+            ErrorCode.LIMIT_EXCEEDED,
+            f"The result is {size} bytes, more than the output limit of "
+            f"{limit} bytes. Ask for less (a narrower query, an offset).",
+        )
+        result = dataclasses.replace(result, status=CallStatus.ERROR, result=refused.to_dict())
+        return result, encode(result)
+
+    def _run(self, message: Execute) -> Result:
         call = ToolCall(message.call_id, message.tool, message.arguments)
         spec = self.registry.get(message.tool)
         limits = self._limits(message.limits)
@@ -310,17 +349,8 @@ class Runner:
             usage["ended_processes"] = ended
         if retried := sandbox_retries() - retries_before:
             usage["sandbox_retries"] = retried
-        payload = result.to_dict()
-        size = len(self._packer.pack(payload))
-        if size > limits.output_bytes:
-            status = CallStatus.ERROR
-            payload = ToolResult.error(
-                call,
-                ErrorCode.LIMIT_EXCEEDED,
-                f"The result is {size} bytes, more than the output limit of "
-                f"{limits.output_bytes} bytes. Ask for less (a narrower query, an offset).",
-            ).to_dict()
-        return Result(call.id, status, payload, usage, files.changes_dict())
+        stamps = files.changes_dict() if files.changes else {}  # most calls record none
+        return Result(call.id, status, result.to_dict(), usage, stamps)
 
     def _preflight(self, spec: ToolSpec, call: ToolCall, ctx: ToolContext) -> ToolResult | None:
         """P6 and P7 here, under the call's limits (SPEC L10): the refusal or the failed
@@ -350,6 +380,10 @@ class Runner:
 
     def _now(self, value: Any) -> Any:
         """``value``, or what it resolves to when it is awaitable (an async tool's)."""
+        # What a plain validate or preview answers, known without inspect.isawaitable,
+        # whose look at the Awaitable ABC costs a call more than the rest of ``_now``.
+        if value is None or type(value) in _PLAIN_ANSWERS:
+            return value
         if not inspect.isawaitable(value):
             return value
         if inspect.iscoroutine(value):
