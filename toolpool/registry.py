@@ -199,6 +199,14 @@ class ToolSpec:
     def has_validate(self) -> bool:
         return self._validate is not None
 
+    @property
+    def validate_is_async(self) -> bool:
+        return self._validate is not None and inspect.iscoroutinefunction(self._validate)
+
+    @property
+    def preview_is_async(self) -> bool:
+        return self._preview is not None and inspect.iscoroutinefunction(self._preview)
+
     def validate_now(self, args: Arguments, ctx: ToolContext) -> Any:
         """The tool's semantic check as it answers: a ``ValidationResult``, or an
         awaitable of one from an async ``validate`` (the caller awaits it where it
