@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +24,7 @@ from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEnt
 from toolpool.engine.approvals import make_gate
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
-from toolpool.engine.turn import Turn
+from toolpool.engine.turn import Turn, new_turn_id
 from toolpool.models import (
     MessageEnd,
     MessageStart,
@@ -190,7 +189,7 @@ class Sessions:
         entry = self.entry(client, message.session_id)
         calls = _calls(message.calls, message.format)
         ids = [c.id for c in calls]
-        turn_id = os.urandom(6).hex()
+        turn_id = new_turn_id()
         self.clients.send(client.address, Accepted(message.request_id, turn_id, ids))
         turn = self.coordinator.submit(
             entry.session,

@@ -34,6 +34,7 @@ from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
 from toolpool.profiles import offers
 from toolpool.runtime import private_dir
+from toolpool.sandbox.limits import Limits
 from toolpool.session_options import SessionOptions
 from toolpool.tool import ToolContext
 
@@ -81,6 +82,10 @@ class Session:
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
         self.limits = dict(options.limits)  # resource limit overrides for this session's calls
+        # The limits a tool in this process sees (ctx.limits): the defaults with the
+        # overrides, made once (options were checked: they merge).
+        self.call_limits = Limits().merged(self.limits)
+        self._offered: dict[str, bool] = {}
         self.breaker = Breaker(
             max_tool_errors if options.max_tool_errors is None else options.max_tool_errors
         )
@@ -118,7 +123,10 @@ class Session:
     def offers(self, tool: str) -> bool:
         """Whether this session's calls may use ``tool``: its profile's tools and those
         of no profile (F12)."""
-        return offers(self.tool_profile, tool)
+        offered = self._offered.get(tool)
+        if offered is None:
+            offered = self._offered[tool] = offers(self.tool_profile, tool)
+        return offered
 
     def close(self) -> None:
         """Forget the session's state and remove its scratch directory."""
@@ -141,6 +149,7 @@ class Session:
             allow_network=self.allow_network,
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
+            limits=self.call_limits,
         )
         if progress is not None:
             ctx.progress = progress

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 from collections.abc import Callable, Generator, Sequence
@@ -56,6 +57,20 @@ class CallPlan:
     safe: bool
     cancel_on_interrupt: bool
     check: ArgumentCheck | None = None
+
+
+# Turn ids: unique in this process (a prefix drawn once, a count), without a system
+# call per turn.
+_ID_PREFIX = os.urandom(4).hex()
+_TURN_NUMBERS = itertools.count(1)
+
+
+def new_turn_id() -> str:
+    return f"{_ID_PREFIX}{next(_TURN_NUMBERS):x}"
+
+
+def discard(_: Event) -> None:
+    """The event sink of a turn nobody listens to."""
 
 
 def _guarded(emit: EventSink) -> EventSink:
@@ -110,7 +125,7 @@ class Turn:
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
             raise ValueError("call ids within a turn must be unique")
-        self.id = turn_id or os.urandom(6).hex()
+        self.id = turn_id or new_turn_id()
         self.calls = list(calls)
         self.open = open
         self._closed = not open
@@ -120,7 +135,7 @@ class Turn:
         self.share = turn_share(session.turn_output_chars, len(self.calls), open=open)
         self._pipeline = pipeline
         self._max = max_tool_concurrency
-        self._emit = _guarded(emit)
+        self._emit = emit if emit is discard else _guarded(emit)
         self._gate = gate
         self._hold = hold
         self._unwatch: Callable[[], None] | None = None
@@ -129,7 +144,10 @@ class Turn:
         self._scheduler: TurnScheduler | None = None
         self._tokens = [CancelToken() for _ in self.calls]
         self._results: list[ToolResult | None] = [None] * len(self.calls)
-        self._future: asyncio.Future[tuple[ToolResult, ...]] | None = None
+        self._queued = False
+        self._outcome: tuple[ToolResult, ...] | BaseException | None = None
+        # One future per waiter: a waiter cancelled is that waiter's business alone.
+        self._waiters: list[asyncio.Future[tuple[ToolResult, ...]]] = []
         self._plans: list[CallPlan] = []  # made when the turn starts
         self._cancels_siblings = session.on_error is OnError.CANCEL_SIBLINGS
         self._running = 0
@@ -140,8 +158,8 @@ class Turn:
 
     def start(self) -> Turn:
         """Queue the turn at its session; it begins once the turns before it ended."""
-        if self._future is None:
-            self._future = asyncio.get_running_loop().create_future()
+        if not self._queued:
+            self._queued = True
             self.session.enqueue(self)
         return self
 
@@ -225,9 +243,17 @@ class Turn:
 
     async def results(self) -> tuple[ToolResult, ...]:
         """Wait for the turn to end; the results in the turn's call order (S6)."""
-        future = self.start()._future
-        assert future is not None
-        return await asyncio.shield(future)
+        self.start()
+        outcome = self._outcome
+        if outcome is None:
+            waiter: asyncio.Future[tuple[ToolResult, ...]] = (
+                asyncio.get_running_loop().create_future()
+            )
+            self._waiters.append(waiter)
+            return await waiter
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def __await__(self) -> Generator[Any, None, tuple[ToolResult, ...]]:
         return self.results().__await__()
@@ -349,22 +375,26 @@ class Turn:
             self._emit(MessageEnd(message))
         self.state = TurnState.DONE
         self._emit(TurnEnd(results))
-        self._finished()
-        if self._future is not None and not self._future.done():
-            self._future.set_result(results)
+        self._finished(results)
 
     def _fail(self, exc: BaseException) -> None:
         log.error("turn %s broke: %s", self.id, exc, exc_info=exc)
         self.state = TurnState.DONE
-        self._finished()
-        if self._future is not None and not self._future.done():
-            self._future.set_exception(exc)
+        self._finished(exc)
 
-    def _finished(self) -> None:
+    def _finished(self, outcome: tuple[ToolResult, ...] | BaseException) -> None:
+        self._outcome = outcome
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
         self.session.dequeue(self)
+        for waiter in self._waiters:
+            if not waiter.done():
+                if isinstance(outcome, BaseException):
+                    waiter.set_exception(outcome)
+                else:
+                    waiter.set_result(outcome)
+        self._waiters.clear()
 
     def __repr__(self) -> str:
         inner = repr(self._scheduler) if self._scheduler else f"{len(self.calls)} calls"
