@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toolpool import ToolCall, tools_in_module
 from toolpool.cancel import CancelSource, CancelToken
-from toolpool.pool import PoolError, WorkerPool
+from toolpool.engine import Coordinator
+from toolpool.pool import PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.pool import HOLD_RETRIES
 from toolpool.pool.workers import OutcomeStatus
 from toolpool.protocol import CallContext, Cancel, Execute, Progress, Shutdown, Withdrawn
@@ -432,3 +435,39 @@ async def test_H4_calls_in_doubt_run_again_alone_and_a_crasher_ends_lost(make: M
     assert ran == {"a": ["w1", "w2"], "b": ["w1", "w3"]}
     assert calls.status("a") == calls.status("b") == "lost"
     assert pool.statistics().queued == 0
+
+
+# --- the executor: what is the same for every call of a session, made once -----------
+
+
+async def test_a_sessions_context_and_limits_are_made_once_and_stay_its_own(
+    make: Make, tmp_path: Path
+) -> None:
+    pool, fake, _ = await make(min_workers=1, max_workers=1, hold_calls=False)
+    executor = PoolExecutor(pool, tool_limits={"noop": {"open_files": 99}})
+    coordinator = Coordinator(tools_in_module("tests.worker_tools"), executor=executor)
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+
+    async def one(session: Any, call_id: str) -> Execute:
+        turn = coordinator.submit(session, [ToolCall(call_id, "noop", {})])
+        await until(lambda: any(call_id in sent for sent in fake.executes("w1")))
+        execute = fake.sent["w1"][-1][0]
+        assert isinstance(execute, Execute)
+        fake.reply("w1", ok(call_id))
+        (result,) = await turn
+        assert result.text == "ok"
+        return execute
+
+    session = coordinator.open_session(first, session_id="s1", limits={"processes": 7})
+    a, b = await one(session, "a"), await one(session, "b")
+    assert a.context == b.context and a.context.workspace == str(first)
+    assert a.limits == b.limits and (a.limits["processes"], a.limits["open_files"]) == (7, 99)
+    assert len(executor._contexts) == len(executor._limits) == 1  # made once
+    # A new session of the same id, after the first closed, has its own.
+    coordinator.close_session(session)
+    again = coordinator.open_session(second, session_id="s1")
+    c = await one(again, "c")
+    assert c.context.workspace == str(second) and c.limits["processes"] != 7
+    coordinator.close()

@@ -439,9 +439,11 @@ class Dispatch:
             self._flush_soon()
 
     def _holding(self, offline: bool) -> bool:
-        return any(
-            len(w.given) > 1 for w in self.supervisor.workers.values() if w.offline == offline
-        )
+        """Whether a worker of this kind holds calls (a loop: this runs after most calls)."""
+        for worker in self.supervisor.workers.values():
+            if len(worker.given) > 1 and worker.offline == offline:
+                return True
+        return False
 
     def shut_down_when_free(self, worker: Worker) -> None:
         """Tell a retiring worker to shut down once no call is given it any more: not

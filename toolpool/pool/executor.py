@@ -72,11 +72,19 @@ class PoolExecutor:
 
     def _context(self, ctx: ToolContext, network: bool) -> CallContext:
         """The session's context as it crosses the wire, made once per session."""
-        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir)
         key = (ctx.session_id, network)
         cached = self._contexts.get(key)
-        if cached is not None and all(a is b for a, b in zip(cached[0], made_of, strict=True)):
-            return cached[1]
+        if cached is not None:
+            # The session hands every call the same objects: another session of the
+            # same id (a new one, after the first closed) hands others.
+            workspace, extra_roots, scratch_dir = cached[0]
+            if (
+                workspace is ctx.workspace
+                and extra_roots is ctx.extra_roots
+                and scratch_dir is ctx.scratch_dir
+            ):
+                return cached[1]
+        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir)
         context = CallContext(
             session_id=ctx.session_id,
             workspace=str(ctx.workspace),

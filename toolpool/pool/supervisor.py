@@ -111,10 +111,14 @@ class Supervisor:
         self.replacement_ms: deque[float] = deque(maxlen=100)
         self.recovery_ms: deque[float] = deque(maxlen=100)
         self.open = False
+        # Whether workers of network-less sessions live in a namespace of their own
+        # (the sandbox profile's, once probed).
+        self.offline_default = False
 
     async def start(self) -> None:
         """Probe the sandbox, open the socket, start the zygote and the watch."""
         await self.processes.open()
+        self.offline_default = self.processes.profile.active("netns")
         self.open = True
         self._tasks = [asyncio.ensure_future(self._watch_heartbeats())]
 
@@ -141,11 +145,6 @@ class Supervisor:
                 await task
         await asyncio.gather(*self._endings)
         await self.processes.close(self.workers.values())
-
-    @property
-    def offline_default(self) -> bool:
-        """Whether workers of network-less sessions live in a namespace of their own."""
-        return self.processes.profile.active("netns")
 
     # -- what the pool asks ------------------------------------------------------------
 
