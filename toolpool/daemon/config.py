@@ -96,11 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("max_calls_per_worker", Integer(1), "calls a worker runs before it is replaced"),
     _setting("max_worker_rss", Integer(1, "BYTES"), "bytes; a worker above it is recycled"),
     _setting("hold_calls", Boolean(), "a busy worker may hold the next read-only call (H4)"),
-    _setting(
-        "worker_calls_per_frame",
-        Integer(1),
-        "at max_workers, calls given a worker in one frame and held behind its running one",
-    ),
+    _setting("worker_calls_per_frame", Integer(1), "at max_workers, calls a frame and held (H4)"),
     _setting("worker_cpus", Number(0, above=True, metavar="CPUS"), "each worker's CPU quota"),
     _setting(
         "sandbox_disabled",

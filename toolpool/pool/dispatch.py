@@ -17,16 +17,8 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from toolpool.pool.calls import (
-    answered,
-    call_end,
-    failed,
-    killed,
-    lost,
-    overran,
-    unstarted,
-)
-from toolpool.pool.holding import Rules, assign, recalls
+from toolpool.pool.calls import answered, call_end, failed, killed, lost, overran, unstarted
+from toolpool.pool.holding import Rules, plan
 from toolpool.pool.planner import CallEnd
 from toolpool.pool.shells import ShellSupervisor
 from toolpool.pool.supervisor import Supervisor
@@ -55,13 +47,8 @@ log = logging.getLogger("toolpool.pool")
 
 _QUEUED, _HELD, _RUNNING = CallState.QUEUED, CallState.HELD, CallState.RUNNING
 _STOPPING, _KILLING, _ENDED = CallState.STOPPING, CallState.KILLING, CallState.ENDED
-_IDLE, _BUSY, _STARTING, _RETIRING, _DEAD = (
-    WorkerState.IDLE,
-    WorkerState.BUSY,
-    WorkerState.STARTING,
-    WorkerState.RETIRING,
-    WorkerState.DEAD,
-)
+_IDLE, _BUSY = WorkerState.IDLE, WorkerState.BUSY
+_RETIRING, _DEAD = WorkerState.RETIRING, WorkerState.DEAD
 
 
 class Keeper(Protocol):
@@ -151,53 +138,27 @@ class Dispatch:
         self._flush_due = False
         if not self.open:
             return
-        for offline, queue in self.queues.items():
-            idle: list[Worker] = []
-            busy: list[Worker] = []
-            starting = False
-            for worker in self.supervisor.workers.values():
-                if worker.offline == offline:
-                    if worker.state is _IDLE:
-                        idle.append(worker)
-                    elif worker.state is _BUSY:
-                        busy.append(worker)
-                    elif worker.state is _STARTING:
-                        starting = True
-            if queue and len(queue) <= len(idle):
-                # The common case, and the same frames: each call a worker of its own.
-                for worker in idle[: len(queue)]:
-                    self._give(worker, [queue.popleft()])
-                continue
-            if queue:
-                self._assign(offline, queue, idle, busy, starting)
-            elif idle and busy:
-                free = sum(1 for w in idle if w.state is _IDLE)
-                for call in recalls(free, busy, self._at_max):
-                    # Taken back, to run on a worker that has nothing to do.
-                    call.recalled = True
-                    self._send_cancel(call, running=False)
-
-    def _assign(
-        self,
-        offline: bool,
-        queue: deque[Call],
-        idle: list[Worker],
-        busy: list[Worker],
-        starting: bool,
-    ) -> None:
-        """More calls wait than workers idle: they wait at busy workers where no
-        worker of their own can be had soon (at the maximum, with none of the kind
-        starting), or in the queue, and the planner may start workers for them."""
         workers = self.supervisor.workers.values()
-        live = sum(1 for w in workers if w.state is not _RETIRING and w.state is not _DEAD)
-        at_max = live >= self.config.max_workers and not starting
-        frames = assign(queue, idle, busy, self._at_max if at_max else self._below_max)
-        for worker, calls in frames:
-            self._give(worker, calls)
-        if frames:
-            queue = self.queues[offline] = deque(c for c in queue if c.state is _QUEUED)
-        if queue:
-            self.keeper.grow(offline)
+        for offline, queue in self.queues.items():
+            if not queue and not self._holding(offline):
+                continue
+            decided = plan(
+                queue,
+                workers,
+                offline,
+                max_workers=self.config.max_workers,
+                at_max=self._at_max,
+                below_max=self._below_max,
+            )
+            for worker, calls in decided.frames:
+                self._give(worker, calls)
+            if decided.frames:
+                self.queues[offline] = deque(c for c in queue if c.state is _QUEUED)
+            if decided.waiting:
+                self.keeper.grow(offline)
+            for call in decided.recalls:  # to run on a worker that has nothing to do
+                call.recalled = True
+                self._send_cancel(call, running=False)
 
     def _give(self, worker: Worker, calls: list[Call]) -> None:
         """Send ``calls`` to ``worker`` in one frame: behind its calls, or the first

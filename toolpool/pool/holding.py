@@ -25,10 +25,10 @@ idle while calls are held elsewhere takes some of them back (``recalls``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
-from toolpool.pool.workers import Call, CallState, Worker
+from toolpool.pool.workers import Call, CallState, Worker, WorkerState
 
 Frame = tuple[Worker, list[Call]]
 
@@ -38,6 +38,52 @@ class Rules:
     depth: int  # calls in one frame; calls held behind a worker's running one
     max_calls: int  # max_calls_per_worker
     hold: bool  # calls may wait at workers: at max_workers, none of the kind starting
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to do with the calls of one kind that wait: the frames to send, the held
+    calls to take back, and whether calls still wait (the planner may start workers)."""
+
+    frames: list[Frame] = field(default_factory=list)
+    recalls: list[Call] = field(default_factory=list)
+    waiting: bool = False
+
+
+def plan(
+    queue: Sequence[Call],
+    workers: Iterable[Worker],
+    offline: bool,
+    *,
+    max_workers: int,
+    at_max: Rules,
+    below_max: Rules,
+) -> Plan:
+    """The plan for ``queue`` (the calls waiting for a worker of kind ``offline``).
+    Calls wait at busy workers (``at_max``'s rules) only where no worker of their own
+    can be had soon: the pool is at ``max_workers``, with none of the kind starting."""
+    idle: list[Worker] = []
+    busy: list[Worker] = []
+    live, starting = 0, False
+    for worker in workers:
+        state = worker.state
+        if state is not WorkerState.RETIRING and state is not WorkerState.DEAD:
+            live += 1
+        if worker.offline == offline:
+            if state is WorkerState.IDLE:
+                idle.append(worker)
+            elif state is WorkerState.BUSY:
+                busy.append(worker)
+            elif state is WorkerState.STARTING:
+                starting = True
+    if not queue:
+        # Nothing waits: idle workers take back calls held elsewhere.
+        return Plan(recalls=recalls(len(idle), busy, at_max) if idle and busy else [])
+    if len(queue) <= len(idle):  # the common case: each call a worker of its own
+        return Plan([(worker, [call]) for worker, call in zip(idle, queue, strict=False)])
+    rules = at_max if live >= max_workers and not starting else below_max
+    frames = assign(queue, idle, busy, rules)
+    return Plan(frames, waiting=sum(len(calls) for _, calls in frames) < len(queue))
 
 
 def can_follow(worker: Worker, ahead: Sequence[Call], call: Call, rules: Rules) -> bool:
