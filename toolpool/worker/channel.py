@@ -22,6 +22,14 @@ with the main thread's start and end of a call, what it means: the call running 
 the I/O thread raises SIGTERM in the main thread, for that call only (the runner's
 handler checks ``cancel_target``); a call not started — it never will be
 (``Withdrawn``); a call that has ended — nothing.
+
+A message on the calls' line may carry several parts, each one encoded message (the
+calls of a frame, SPEC H4): they are read in order as if each had come alone, a part
+that does not decode dropped. Results go out the same way: a result waits, at most
+``RESULT_HOLD`` seconds, for the next one only while another call waits at the
+worker, and the results held leave as one message of several parts, in the order
+the calls ran — before anything a later call sends, so the pool sees every call's
+messages in order.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import queue
 import signal
@@ -40,6 +49,7 @@ import zmq
 
 from toolpool.protocol import (
     Cancel,
+    Execute,
     Heartbeat,
     Message,
     ProtocolError,
@@ -56,8 +66,12 @@ log = logging.getLogger(__name__)
 # The control line's identity: the worker's id and this.
 CONTROL_SUFFIX = "+control"
 # How many ended calls the worker remembers, so that a late Cancel of one is known for
-# what it is (the pool holds at most two calls at a worker).
-_ENDED_KEPT = 16
+# what it is: the pool gives a worker up to worker_calls_per_frame calls (8 by
+# default) at a time and may cancel one of them until its result reaches it, which
+# now includes the results held here; 256 covers frames of far more than that.
+_ENDED_KEPT = 256
+# How long a finished call's result may wait for the next call's, while one waits.
+RESULT_HOLD = 0.001
 
 
 def _rss() -> int:
@@ -84,7 +98,12 @@ class Channel:
         self._busy = False
         self._closing = False
         self._next_beat = 0.0
-        self._held: deque[Message] = deque()  # arrived while a tool waited for an answer
+        # Arrived and not yet run: the other parts of a message (a frame of calls), and
+        # what came while a tool waited for an answer.
+        self._held: deque[Message] = deque()
+        # Results of ended calls not sent yet (encoded), and when the first must leave.
+        self._unsent: list[bytes] = []
+        self._unsent_due = 0.0
         self._requests = itertools.count(1)
         self._control = self._context.socket(zmq.DEALER)
         self._control.setsockopt(zmq.IDENTITY, (worker_id + CONTROL_SUFFIX).encode())
@@ -95,7 +114,11 @@ class Channel:
         self._calls = threading.Lock()
         self._running: int | None = None
         self._ended: deque[int] = deque(maxlen=_ENDED_KEPT)
-        self._withdrawn: set[int] = set()  # taken back before they started
+        # Taken back before they started: how many of each ticket's Executes still to
+        # come are to be skipped. A count, not a set: a call the pool got back may be
+        # given this worker again, with its ticket, before the first Execute of it is
+        # read — a cancel of it then is for the second one.
+        self._withdrawn: dict[int, int] = {}
         # The call the last cancel signal the I/O thread raised is for; the runner's
         # handler takes it (``take_cancel_target``).
         self._cancel_target: int | None = None
@@ -117,17 +140,15 @@ class Channel:
             if self._held:
                 return self._held.popleft()
             with self._lock:
-                self._flush()  # late progress of the last call
+                self._flush()  # held results, late progress of the last call
                 self._heartbeat_if_due()
-                frame = self._recv_within(self._next_beat - time.monotonic())
-            message = None if frame is None else _decoded(frame)
-            if message is None:
-                continue
-            if isinstance(message, ShellReply):
-                # The answer to a question its call gave up on (cancelled meanwhile).
-                log.debug("dropped a late answer to request %s", message.request_id)
-                continue
-            return message
+                parts = self._recv_within(self._next_beat - time.monotonic())
+            for message in _decoded(parts):
+                if isinstance(message, ShellReply):
+                    # The answer to a question its call gave up on (cancelled meanwhile).
+                    log.debug("dropped a late answer to request %s", message.request_id)
+                    continue
+                self._held.append(message)
 
     def request_id(self) -> str:
         """A fresh id for ``ask``."""
@@ -148,15 +169,16 @@ class Channel:
                 now = time.monotonic()
                 if now >= deadline:
                     raise TimeoutError(f"no answer to {request.action.value} in {timeout:g} s")
-                frame = self._recv_within(min(self._next_beat, deadline) - now)
-                message = None if frame is None else _decoded(frame)
-                if message is None:
-                    continue
-                if isinstance(message, ShellReply):
-                    if message.request_id == request.request_id:
-                        return message
-                    continue  # an earlier question's, given up on
-                self._held.append(message)
+                parts = self._recv_within(min(self._next_beat, deadline) - now)
+                answer = None
+                for message in _decoded(parts):
+                    if isinstance(message, ShellReply):
+                        if message.request_id == request.request_id:
+                            answer = message
+                        continue  # else an earlier question's, given up on
+                    self._held.append(message)
+                if answer is not None:
+                    return answer
 
     def begin_call(self, ticket: int) -> bool:
         """The call ``ticket`` is to start: False when a Cancel took it back first (it
@@ -164,30 +186,48 @@ class Channel:
         until ``end_call``. It is not woken for that: it wakes for progress, a Cancel
         or the next heartbeat, so a short call never has it competing for the GIL."""
         with self._calls:
-            if ticket in self._withdrawn:
-                self._withdrawn.discard(ticket)
+            skips = self._withdrawn.get(ticket)
+            if skips is not None:
+                if skips > 1:
+                    self._withdrawn[ticket] = skips - 1
+                else:
+                    del self._withdrawn[ticket]
                 return False
             self._running = ticket
         self._busy = True
         return True
 
     def end_call(self, ticket: int, result: bytes) -> None:
-        """The tool is done: send what it reported, then its result (a frame)."""
+        """The tool is done: send what it reported, then its result (encoded) — at
+        once, or, while the next call waits here already, with the next results in
+        one message, ``RESULT_HOLD`` seconds after the first at the latest."""
         with self._calls:
             self._running = None
             self._ended.append(ticket)
         self._busy = False
         with self._lock:
-            self._flush()
-            self._socket.send(result)
+            self._flush(results_due=False)  # its progress: after the results before it
+            self._unsent.append(result)
+            held = self._held
+            if held and type(held[0]) is Execute:
+                now = time.monotonic()
+                if len(self._unsent) == 1:
+                    # The I/O thread sends it if the next call outlasts the hold: it
+                    # is woken once a batch, to wait for the hold's end.
+                    self._unsent_due = now + RESULT_HOLD
+                    self._wake()
+                    return
+                if now < self._unsent_due:
+                    return
+            self._send_results()
 
     def withdraw(self, ticket: int) -> None:
         """Give back a call without starting it (the call before left the worker
         unfit for another: the pool retires it and runs the call elsewhere)."""
         with self._calls:
-            self._withdrawn.discard(ticket)
             self._ended.append(ticket)
         with self._lock:
+            self._flush()  # the results before it, in order
             self._socket.send(encode(Withdrawn(ticket)))
 
     def take_cancel_target(self) -> int | None:
@@ -228,11 +268,14 @@ class Channel:
         poller.register(self._wake_r, zmq.POLLIN)
         while not self._closing:
             # Idle, it looks now and then whether a call began (the main thread
-            # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress.
-            # Either way a Cancel on the control line wakes it at once.
-            due = max(0.0, self._next_beat - time.monotonic())
-            wait = due if self._busy else self._interval
-            ready = dict(poller.poll(int(wait * 1000) + 1))
+            # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress;
+            # results held, at the end of their hold too. Either way a Cancel on the
+            # control line wakes it at once.
+            now = time.monotonic()
+            wait = self._next_beat - now if self._busy else self._interval
+            if self._unsent:
+                wait = min(wait, self._unsent_due - now)
+            ready = dict(poller.poll(max(0, math.ceil(wait * 1000))))
             if self._wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 65536)
@@ -240,8 +283,16 @@ class Channel:
                 self._read_control()
             if self._busy and not self._closing:
                 with self._lock:
-                    self._flush()
+                    self._flush(results_due=time.monotonic() >= self._unsent_due)
                     self._heartbeat_if_due()
+            elif self._unsent and not self._closing and self._lock.acquire(blocking=False):
+                # Between two calls. Never a blocking wait: the main thread may hold
+                # the lock while it waits for a message, and it sends held results
+                # itself before it waits.
+                try:
+                    self._flush(results_due=time.monotonic() >= self._unsent_due)
+                finally:
+                    self._lock.release()
 
     def _read_control(self) -> None:
         while True:
@@ -249,11 +300,11 @@ class Channel:
                 frame = self._control.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            message = _decoded(frame)
-            if isinstance(message, Cancel):
-                self._cancel(message)
-            elif message is not None:
-                log.error("ignored a %s on the control line", message.type.value)
+            for message in _decoded([frame]):
+                if isinstance(message, Cancel):
+                    self._cancel(message)
+                else:
+                    log.error("ignored a %s on the control line", message.type.value)
 
     def _cancel(self, message: Cancel) -> None:
         """Decide what ``message`` means now, and do it (module docstring)."""
@@ -264,18 +315,35 @@ class Channel:
                     self._cancel_target = ticket
                     signal.pthread_kill(self._main_thread, signal.SIGTERM)
                 return
-            if ticket in self._ended or ticket in self._withdrawn:
+            if ticket in self._ended:
                 return
-            self._withdrawn.add(ticket)  # held, or still on its way: it never starts
+            # Held, or still on its way: it never starts. Counted once a Cancel: the
+            # pool cancels only a call it has given this worker, so a second Cancel of
+            # a ticket still to be skipped is for a second Execute of it.
+            self._withdrawn[ticket] = self._withdrawn.get(ticket, 0) + 1
         self._control.send(encode(Withdrawn(ticket)))
 
     # -- with the lock held ------------------------------------------------------------------
 
-    def _flush(self) -> None:
+    def _flush(self, *, results_due: bool = True) -> None:
+        """Send the results held (when ``results_due``, or ahead of any progress: a
+        later call's messages never overtake an earlier call's result), then the
+        progress queued."""
         # Whoever takes from the queue holds the lock: empty() is the answer, without
         # the exception that get_nowait raises at the end of every flush.
-        while not self._outbox.empty():
-            self._socket.send(self._outbox.get_nowait())
+        outbox = self._outbox
+        if self._unsent and (results_due or not outbox.empty()):
+            self._send_results()
+        while not outbox.empty():
+            self._socket.send(outbox.get_nowait())
+
+    def _send_results(self) -> None:
+        unsent = self._unsent
+        if len(unsent) == 1:
+            self._socket.send(unsent[0])
+        else:
+            self._socket.send_multipart(unsent)
+        self._unsent = []
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
@@ -283,23 +351,27 @@ class Channel:
             self._socket.send(encode(Heartbeat(self.worker_id, _rss())))
             self._next_beat = now + self._interval
 
-    def _recv_within(self, wait: float) -> bytes | None:
-        """The next frame, or None after ``wait`` seconds; with the lock held.
+    def _recv_within(self, wait: float) -> list[bytes]:
+        """The parts of the next message, or none after ``wait`` seconds; with the
+        lock held.
 
         A receive that gives up at the next heartbeat, rather than a poll then a
         receive: pyzmq's poll builds a Poller for every call, and the two cost the
         worker ~14 µs more per call (measured)."""
         self._socket.setsockopt(zmq.RCVTIMEO, int(max(0.0, wait) * 1000) + 1)
         try:
-            return self._socket.recv()
+            return self._socket.recv_multipart()
         except zmq.Again:
-            return None
+            return []
 
 
-def _decoded(frame: bytes) -> Message | None:
-    """The frame's message; None, logged, for a frame that is not one."""
-    try:
-        return decode(frame)
-    except ProtocolError as exc:
-        log.error("dropped a bad frame from the coordinator: %s", exc)
-        return None
+def _decoded(parts: list[bytes]) -> list[Message]:
+    """The messages of a ZeroMQ message's parts, in order; a part that is not one is
+    dropped (logged)."""
+    messages = []
+    for part in parts:
+        try:
+            messages.append(decode(part))
+        except ProtocolError as exc:
+            log.error("dropped a bad frame from the coordinator: %s", exc)
+    return messages
