@@ -25,11 +25,11 @@ handler checks ``cancel_target``); a call not started — it never will be
 
 A message on the calls' line may carry several parts, each one encoded message (the
 calls of a frame, SPEC H4): they are read in order as if each had come alone, a part
-that does not decode dropped. Results go out the same way: a result waits, at most
-``RESULT_HOLD`` seconds, for the next one only while another call waits at the
-worker, and the results held leave as one message of several parts, in the order
-the calls ran — before anything a later call sends, so the pool sees every call's
-messages in order.
+that does not decode dropped. Results go out the same way: a result waits for the
+next one, ``result_hold`` seconds (1 ms) at most, only while another call waits at
+the worker, and the results held leave as one message of several parts, in the
+order the calls ran — before anything a later call sends, so the pool sees every
+call's messages in order.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
 import os
 import queue
 import signal
@@ -60,6 +59,7 @@ from toolpool.protocol import (
     decode,
     encode,
 )
+from toolpool.worker.timer import OneShotTimer
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,16 @@ def _rss() -> int:
 
 
 class Channel:
-    def __init__(self, endpoint: str, worker_id: str, heartbeat_interval: float) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        worker_id: str,
+        heartbeat_interval: float,
+        result_hold: float = RESULT_HOLD,
+    ) -> None:
         self.worker_id = worker_id
         self._interval = heartbeat_interval
+        self._hold = result_hold
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.IDENTITY, worker_id.encode())
@@ -101,9 +108,11 @@ class Channel:
         # Arrived and not yet run: the other parts of a message (a frame of calls), and
         # what came while a tool waited for an answer.
         self._held: deque[Message] = deque()
-        # Results of ended calls not sent yet (encoded), and when the first must leave.
+        # Results of ended calls not sent yet (encoded); the timer runs while there are.
         self._unsent: list[bytes] = []
-        self._unsent_due = 0.0
+        self._hold_timer = OneShotTimer(result_hold)
+        self._hold_armed = False
+        self._hold_ends = 0.0
         self._requests = itertools.count(1)
         self._control = self._context.socket(zmq.DEALER)
         self._control.setsockopt(zmq.IDENTITY, (worker_id + CONTROL_SUFFIX).encode())
@@ -200,7 +209,7 @@ class Channel:
     def end_call(self, ticket: int, result: bytes) -> None:
         """The tool is done: send what it reported, then its result (encoded) — at
         once, or, while the next call waits here already, with the next results in
-        one message, ``RESULT_HOLD`` seconds after the first at the latest."""
+        one message, ``result_hold`` seconds after the first at the latest."""
         with self._calls:
             self._running = None
             self._ended.append(ticket)
@@ -212,12 +221,13 @@ class Channel:
             if held and type(held[0]) is Execute:
                 now = time.monotonic()
                 if len(self._unsent) == 1:
-                    # The I/O thread sends it if the next call outlasts the hold: it
-                    # is woken once a batch, to wait for the hold's end.
-                    self._unsent_due = now + RESULT_HOLD
-                    self._wake()
+                    # If the next call outlasts the hold, the timer wakes the I/O
+                    # thread, which sends it (module timer: not woken otherwise).
+                    self._hold_ends = now + self._hold
+                    self._hold_timer.arm()
+                    self._hold_armed = True
                     return
-                if now < self._unsent_due:
+                if now < self._hold_ends:
                     return
             self._send_results()
 
@@ -257,6 +267,7 @@ class Channel:
             self._socket.close()
         self._control.close()
         self._context.term()
+        self._hold_timer.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
@@ -266,33 +277,40 @@ class Channel:
         poller = zmq.Poller()
         poller.register(self._control, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        hold_fd = self._hold_timer.fileno()
+        poller.register(hold_fd, zmq.POLLIN)
         while not self._closing:
             # Idle, it looks now and then whether a call began (the main thread
             # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress;
-            # results held, at the end of their hold too. Either way a Cancel on the
-            # control line wakes it at once.
-            now = time.monotonic()
-            wait = self._next_beat - now if self._busy else self._interval
-            if self._unsent:
-                wait = min(wait, self._unsent_due - now)
-            ready = dict(poller.poll(max(0, math.ceil(wait * 1000))))
+            # results held past their hold, for the hold's timer. Either way a Cancel
+            # on the control line wakes it at once.
+            due = max(0.0, self._next_beat - time.monotonic())
+            wait = due if self._busy else self._interval
+            ready = dict(poller.poll(int(wait * 1000) + 1))
             if self._wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 65536)
             if self._control in ready:
                 self._read_control()
+            hold_over = hold_fd in ready
+            if hold_over:
+                self._hold_timer.clear()
             if self._busy and not self._closing:
                 with self._lock:
-                    self._flush(results_due=time.monotonic() >= self._unsent_due)
+                    self._flush(results_due=hold_over)
                     self._heartbeat_if_due()
-            elif self._unsent and not self._closing and self._lock.acquire(blocking=False):
+            elif hold_over and not self._closing:
                 # Between two calls. Never a blocking wait: the main thread may hold
-                # the lock while it waits for a message, and it sends held results
-                # itself before it waits.
-                try:
-                    self._flush(results_due=time.monotonic() >= self._unsent_due)
-                finally:
-                    self._lock.release()
+                # the lock while it waits for a message (it sends held results itself
+                # before it waits); held by it now, the timer asks again.
+                if self._lock.acquire(blocking=False):
+                    try:
+                        self._flush()
+                    finally:
+                        self._lock.release()
+                else:
+                    self._hold_timer.arm()
+                    self._hold_armed = True
 
     def _read_control(self) -> None:
         while True:
@@ -344,6 +362,9 @@ class Channel:
         else:
             self._socket.send_multipart(unsent)
         self._unsent = []
+        if self._hold_armed:  # a hold ran: its timer is no longer wanted
+            self._hold_timer.disarm()
+            self._hold_armed = False
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
