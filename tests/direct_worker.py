@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +114,3 @@ class DirectWorker:
                 self._process.wait()
         self._router.close()
         self._context.term()
-
-    def wait_exit(self) -> int:
-        deadline = time.monotonic() + WAIT_MS / 1000
-        while self._process.poll() is None:
-            assert time.monotonic() < deadline, "the worker did not exit"
-            time.sleep(0.02)
-        return self._process.returncode

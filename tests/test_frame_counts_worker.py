@@ -6,7 +6,8 @@ At the worker, exactly: a one-call turn is one message each way, one part each; 
 ``worker_calls_per_frame`` = 8 calls, one message each), is answered with one message
 of eight results a frame (the hold pinned long, so the count does not depend on the
 machine's speed). Through a real pool, what does not depend on timing: a one-call
-turn's two messages, a 32-call turn's parts and the least number of messages."""
+turn's two messages; a 32-call turn's frames of at most 8, its 32 results, and one
+call sent again for each given back."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from toolpool.pool import WorkerPool
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.supervisor import Supervisor
-from toolpool.protocol import Heartbeat, Ready, Result, decode
+from toolpool.protocol import Heartbeat, Ready, Result, Withdrawn, decode
 
 from .direct_worker import DirectWorker
 from .support import PoolFactory, pool_factory
@@ -74,7 +75,7 @@ class _Counted:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[int] = []  # parts of each message to a worker
-        self.received: list[int] = []  # parts of each message from a worker
+        self.received: list[list[type]] = []  # each message from a worker: its parts' types
         send_parts, on_frames = WorkerProcesses.send_parts, Supervisor._on_frames
 
         def counted_send(processes: WorkerProcesses, worker: Any, parts: list[bytes]) -> None:
@@ -84,7 +85,7 @@ class _Counted:
         def counted_frames(supervisor: Supervisor, frames: list[bytes]) -> None:
             parts = [decode(f) for f in frames[1:]]
             if not all(isinstance(p, Heartbeat | Ready) for p in parts):
-                self.received.append(len(parts))
+                self.received.append([type(p) for p in parts])
             on_frames(supervisor, frames)
 
         monkeypatch.setattr(WorkerProcesses, "send_parts", counted_send)
@@ -111,10 +112,14 @@ async def test_H4_through_the_pool_a_turn_costs_its_calls_messages_and_no_more(
     # A one-call turn: one message to the worker, one back, one part each
     counted.clear()
     assert text(await run(pool, workspace, "one", "noop", {})) == "ok"
-    assert (counted.sent, counted.received) == ([1], [1])
-    # A 32-call turn: 32 calls out and 32 results back, in frames of at most 8
+    assert (counted.sent, counted.received) == ([1], [[Result]])
+    # A 32-call turn: in frames of at most 8; back, 32 results and nothing else but
+    # the calls given back (a worker falling idle takes calls held elsewhere: each is
+    # sent once more)
     counted.clear()
     outcomes = await asyncio.gather(*(run(pool, workspace, f"c{i}", "noop", {}) for i in range(32)))
     assert [text(o) for o in outcomes] == ["ok"] * 32
-    assert sum(counted.sent) == sum(counted.received) == 32
+    back = [kind for parts in counted.received for kind in parts]
+    assert set(back) <= {Result, Withdrawn} and back.count(Result) == 32
+    assert sum(counted.sent) == 32 + back.count(Withdrawn)
     assert max(counted.sent) <= FRAME and len(counted.sent) >= 32 // FRAME

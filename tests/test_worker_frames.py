@@ -78,7 +78,9 @@ def test_H4_a_result_is_held_only_while_another_call_waits_at_the_worker(
     worker.send(worker.execute("noop", {}, "alone"))
     assert [results(p) for p in worker.receive()] == [["alone"]]
     # When a call ends with another waiting behind it, its result waits for that one's
-    worker.send(worker.execute("noop", {}, "first"), worker.execute("wait_for", {"name": "go"}, "w"))
+    worker.send(
+        worker.execute("noop", {}, "first"), worker.execute("wait_for", {"name": "go"}, "w")
+    )
     (workspace / "go").touch()
     assert [results(p) for p in worker.receive()] == [["first", "w"]]
 
@@ -90,7 +92,9 @@ def test_H4_a_held_result_leaves_at_the_end_of_its_hold_while_the_next_call_runs
     # Given a worker of the default hold (1 ms), a frame of a quick call, then one
     # that runs until the test lets it end
     worker = make_worker()
-    worker.send(worker.execute("noop", {}, "quick"), worker.execute("wait_for", {"name": "go"}, "w"))
+    worker.send(
+        worker.execute("noop", {}, "quick"), worker.execute("wait_for", {"name": "go"}, "w")
+    )
     # Then the quick call's result comes while the other still runs (it is let go
     # only once that result is in)
     assert [results(p) for p in worker.receive()] == [["quick"]]

@@ -27,7 +27,7 @@ from toolpool.pool import PoolExecutor
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.limits import CallLimits, Limits
-from toolpool.worker.runner import _PeakMemory
+from toolpool.worker.memory import PeakMemory
 from toolpool.worker.watch import CallWatch
 
 from .support import EventLog, PoolFactory, pool_factory, until
@@ -75,7 +75,7 @@ def test_D2_peak_memory_is_the_high_water_mark_of_the_call(
     work: Callable[[], None], grown_mib: int
 ) -> None:
     # Given a peak-memory reading reset at a call's start
-    memory = _PeakMemory()
+    memory = PeakMemory()
     try:
         memory.reset()
         memory.started(resource.getrusage(resource.RUSAGE_SELF))
@@ -99,7 +99,7 @@ def test_D2_peak_memory_reads_status_when_the_rusage_cannot_tell() -> None:
     fields = [0] * resource.struct_rusage.n_fields
     fields[2] = 1 << 40  # ru_maxrss, KiB
     claimed = resource.struct_rusage(fields)
-    memory = _PeakMemory()
+    memory = PeakMemory()
     try:
         memory.reset()
         memory.started(claimed)

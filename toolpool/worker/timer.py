@@ -30,9 +30,10 @@ class _Itimerspec(ctypes.Structure):
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _create = _libc.timerfd_create
-_create.argtypes = (ctypes.c_int, ctypes.c_int)
-_settime = _libc.timerfd_settime
-_settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+# Without argtypes (each converts its argument on every call) or errno handling: its
+# arguments are small ints, byref()s and None, which ctypes passes as they are; with
+# a valid descriptor and structure, timerfd_settime cannot fail.
+_settime = ctypes.CDLL(None).timerfd_settime
 
 
 class OneShotTimer:
