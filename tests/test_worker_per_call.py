@@ -353,3 +353,21 @@ async def test_D2_an_idle_worker_keeps_heartbeating(
         assert result.details["worker"] == "w1"
     finally:
         coordinator.close()
+
+
+@pytest.mark.spec("D2")
+async def test_D2_a_call_counts_the_cpu_of_the_children_it_reaped_and_the_next_does_not(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    # Given a worker whose call runs a child that spins the CPU, then a no-op call
+    pool = await make_pool()
+    coordinator = Coordinator(tools_in_module(MODULE), executor=PoolExecutor(pool))
+    session = coordinator.open_session(workspace)
+    spin = ToolCall("a", "spin_children", {"seconds": 0.4, "rounds": 1})
+    (spun,) = await coordinator.run_turn(session, [spin])
+    (after,) = await coordinator.run_turn(session, [ToolCall("b", "noop", {})])
+    # Then the child's CPU is the first call's (read at its end), not the next one's
+    # (which starts from that read rather than reading the children's CPU again)
+    assert spun.details["worker"] == after.details["worker"]
+    assert spun.details["usage"]["cpu_seconds"] >= 0.4
+    assert after.details["usage"]["cpu_seconds"] < 0.4

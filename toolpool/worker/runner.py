@@ -119,8 +119,7 @@ class Runner:
         self._loop: asyncio.AbstractEventLoop | None = None  # made for the first async tool
         self._pid = os.getpid()
         self._memory = PeakMemory()
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self._children_cpu = kids.ru_utime + kids.ru_stime  # see _cpu_seconds
+        self._children_cpu: float | None = None  # see _cpu_seconds
         # A result's size, as the wire will carry it, when its frame is past the output
         # limit. One packer, reused: msgpack.packb makes a packer and its buffer per
         # call (4 µs for a small result, 2 reused).
@@ -138,8 +137,8 @@ class Runner:
         a call reaps children (its tool, or the sweep after it), so between two calls
         it does not move, and reading it again would cost a call a system call."""
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self._children_cpu = kids.ru_utime + kids.ru_stime
-        return me.ru_utime + me.ru_stime + self._children_cpu
+        children = self._children_cpu = kids.ru_utime + kids.ru_stime
+        return me.ru_utime + me.ru_stime + children
 
     def close(self) -> None:
         if self._loop is not None:
@@ -239,7 +238,11 @@ class Runner:
         started = time.monotonic()
         self._memory.reset()
         me = resource.getrusage(resource.RUSAGE_SELF)  # after the reset: see PeakMemory
-        cpu_before = me.ru_utime + me.ru_stime + self._children_cpu
+        children, self._children_cpu = self._children_cpu, None
+        if children is None:  # the first call, or the last one's end was not reached
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            children = kids.ru_utime + kids.ru_stime
+        cpu_before = me.ru_utime + me.ru_stime + children
         retries_before = sandbox_retries()  # starts the call's tool retries (SPEC X12)
         self._memory.started(me)
         printed = PrintedOutput(ctx.progress, limits.output_bytes)
