@@ -98,7 +98,7 @@ class Confinement:
             try:
                 self._network.start(NETWORK_SETUP_SECONDS)
             except NetworkSetupError as exc:
-                raise _network_failed(exc) from exc
+                raise NetworkNotConnected(exc) from exc
 
     def wait_ready(self, timeout: float | None) -> bool | None:
         """After ``started()``: whether the sandbox started the command (True: every
@@ -162,8 +162,13 @@ def _read_all(fd: int) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def _network_failed(exc: NetworkSetupError) -> ToolError:
-    return ToolError(_explain("the outbound network", str(exc)), code="sandbox_failed")
+class NetworkNotConnected(ToolError):
+    """A network-allowed command's namespace could not be connected; its command
+    never ran. ``again``: it may be started once more (SPEC X12)."""
+
+    def __init__(self, exc: NetworkSetupError) -> None:
+        super().__init__(_explain("the outbound network", str(exc)), code="sandbox_failed")
+        self.again = exc.again
 
 
 def _explain(mechanism: str, why: str) -> str:
