@@ -56,7 +56,7 @@ from toolpool.pool.shell_process import Shell, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
-from toolpool.sandbox.command import START_ATTEMPTS, NetworkNotConnected
+from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import CgroupMembers, terminate
 
@@ -162,6 +162,7 @@ class ShellSupervisor:
             if not again or attempt == START_ATTEMPTS:
                 raise ShellRefused(failure, ErrorCode.SANDBOX_FAILED)
             self.sandbox_retries += 1
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
             log.warning("background shell start retried: %s", failure)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
