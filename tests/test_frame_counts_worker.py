@@ -1,5 +1,5 @@
 """The messages between the pool and its workers, counted, so that no change adds one
-silently ("what a call costs in a lean daemon is messages": issue 24).
+silently (what a call costs in a lean daemon is messages).
 
 At the worker, exactly: a one-call turn is one message each way, one part each; a
 32-call turn, given as the pool gives it at its maximum (frames of
