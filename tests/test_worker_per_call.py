@@ -27,7 +27,7 @@ from toolpool.pool import PoolExecutor
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.limits import CallLimits, Limits
-from toolpool.worker.runner import _PeakMemory
+from toolpool.worker.memory import PeakMemory
 from toolpool.worker.watch import CallWatch
 
 from .support import EventLog, PoolFactory, pool_factory, until
@@ -75,7 +75,7 @@ def test_D2_peak_memory_is_the_high_water_mark_of_the_call(
     work: Callable[[], None], grown_mib: int
 ) -> None:
     # Given a peak-memory reading reset at a call's start
-    memory = _PeakMemory()
+    memory = PeakMemory()
     try:
         memory.reset()
         memory.started(resource.getrusage(resource.RUSAGE_SELF))
@@ -99,7 +99,7 @@ def test_D2_peak_memory_reads_status_when_the_rusage_cannot_tell() -> None:
     fields = [0] * resource.struct_rusage.n_fields
     fields[2] = 1 << 40  # ru_maxrss, KiB
     claimed = resource.struct_rusage(fields)
-    memory = _PeakMemory()
+    memory = PeakMemory()
     try:
         memory.reset()
         memory.started(claimed)
@@ -353,3 +353,21 @@ async def test_D2_an_idle_worker_keeps_heartbeating(
         assert result.details["worker"] == "w1"
     finally:
         coordinator.close()
+
+
+@pytest.mark.spec("D2")
+async def test_D2_a_call_counts_the_cpu_of_the_children_it_reaped_and_the_next_does_not(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    # Given a worker whose call runs a child that spins the CPU, then a no-op call
+    pool = await make_pool()
+    coordinator = Coordinator(tools_in_module(MODULE), executor=PoolExecutor(pool))
+    session = coordinator.open_session(workspace)
+    spin = ToolCall("a", "spin_children", {"seconds": 0.4, "rounds": 1})
+    (spun,) = await coordinator.run_turn(session, [spin])
+    (after,) = await coordinator.run_turn(session, [ToolCall("b", "noop", {})])
+    # Then the child's CPU is the first call's (read at its end), not the next one's
+    # (which starts from that read rather than reading the children's CPU again)
+    assert spun.details["worker"] == after.details["worker"]
+    assert spun.details["usage"]["cpu_seconds"] >= 0.4
+    assert after.details["usage"]["cpu_seconds"] < 0.4

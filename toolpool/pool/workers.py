@@ -58,7 +58,7 @@ class PoolConfig:
     # Calls given to a worker together travel as one ZeroMQ message of several parts,
     # one encoded Execute each (docs/protocol.md); off: one message per call, for
     # workers that read one call per message.
-    multipart_frames: bool = False
+    multipart_frames: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:

@@ -22,6 +22,14 @@ with the main thread's start and end of a call, what it means: the call running 
 the I/O thread raises SIGTERM in the main thread, for that call only (the runner's
 handler checks ``cancel_target``); a call not started — it never will be
 (``Withdrawn``); a call that has ended — nothing.
+
+A message on the calls' line may carry several parts, each one encoded message (the
+calls of a frame, SPEC H4): they are read in order as if each had come alone, a part
+that does not decode dropped. Results go out the same way: a result waits for the
+next one, ``result_hold`` seconds (1 ms) at most, only while another call waits at
+the worker, and the results held leave as one message of several parts, in the
+order the calls ran — before anything a later call sends, so the pool sees every
+call's messages in order.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import zmq
 
 from toolpool.protocol import (
     Cancel,
+    Execute,
     Heartbeat,
     Message,
     ProtocolError,
@@ -50,14 +59,27 @@ from toolpool.protocol import (
     decode,
     encode,
 )
+from toolpool.worker.timer import OneShotTimer
 
 log = logging.getLogger(__name__)
 
 # The control line's identity: the worker's id and this.
 CONTROL_SUFFIX = "+control"
 # How many ended calls the worker remembers, so that a late Cancel of one is known for
-# what it is (the pool holds at most two calls at a worker).
-_ENDED_KEPT = 16
+# what it is: the pool gives a worker up to worker_calls_per_frame calls (8 by
+# default) at a time and may cancel one of them until its result reaches it, which
+# now includes the results held here; 256 covers frames of far more than that.
+_ENDED_KEPT = 256
+# How long a finished call's result may wait for the next call's, while one waits.
+RESULT_HOLD = 0.001
+
+# pyzmq's flags and options as plain ints: as enum members, each ``|`` and each option
+# lookup runs in Python, on the path of every call (toolpool.zmqloop says the same).
+_SNDMORE = int(zmq.SNDMORE)
+_NOBLOCK = int(zmq.NOBLOCK)
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)
+_RCVTIMEO = int(zmq.RCVTIMEO)
 
 
 def _rss() -> int:
@@ -66,9 +88,16 @@ def _rss() -> int:
 
 
 class Channel:
-    def __init__(self, endpoint: str, worker_id: str, heartbeat_interval: float) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        worker_id: str,
+        heartbeat_interval: float,
+        result_hold: float = RESULT_HOLD,
+    ) -> None:
         self.worker_id = worker_id
         self._interval = heartbeat_interval
+        self._hold = result_hold
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.IDENTITY, worker_id.encode())
@@ -84,7 +113,14 @@ class Channel:
         self._busy = False
         self._closing = False
         self._next_beat = 0.0
-        self._held: deque[Message] = deque()  # arrived while a tool waited for an answer
+        # Arrived and not yet run: the other parts of a message (a frame of calls), and
+        # what came while a tool waited for an answer.
+        self._held: deque[Message] = deque()
+        # Results of ended calls not sent yet (encoded); the timer runs while there are.
+        self._unsent: list[bytes] = []
+        self._hold_timer = OneShotTimer(result_hold)
+        self._hold_armed = False
+        self._hold_ends = 0.0
         self._requests = itertools.count(1)
         self._control = self._context.socket(zmq.DEALER)
         self._control.setsockopt(zmq.IDENTITY, (worker_id + CONTROL_SUFFIX).encode())
@@ -95,7 +131,11 @@ class Channel:
         self._calls = threading.Lock()
         self._running: int | None = None
         self._ended: deque[int] = deque(maxlen=_ENDED_KEPT)
-        self._withdrawn: set[int] = set()  # taken back before they started
+        # Taken back before they started: how many of each ticket's Executes still to
+        # come are to be skipped. A count, not a set: a call the pool got back may be
+        # given this worker again, with its ticket, before the first Execute of it is
+        # read — a cancel of it then is for the second one.
+        self._withdrawn: dict[int, int] = {}
         # The call the last cancel signal the I/O thread raised is for; the runner's
         # handler takes it (``take_cancel_target``).
         self._cancel_target: int | None = None
@@ -117,17 +157,15 @@ class Channel:
             if self._held:
                 return self._held.popleft()
             with self._lock:
-                self._flush()  # late progress of the last call
+                self._flush()  # held results, late progress of the last call
                 self._heartbeat_if_due()
-                frame = self._recv_within(self._next_beat - time.monotonic())
-            message = None if frame is None else _decoded(frame)
-            if message is None:
-                continue
-            if isinstance(message, ShellReply):
-                # The answer to a question its call gave up on (cancelled meanwhile).
-                log.debug("dropped a late answer to request %s", message.request_id)
-                continue
-            return message
+                parts = self._recv_within(self._next_beat - time.monotonic())
+            for message in _decoded(parts):
+                if isinstance(message, ShellReply):
+                    # The answer to a question its call gave up on (cancelled meanwhile).
+                    log.debug("dropped a late answer to request %s", message.request_id)
+                    continue
+                self._held.append(message)
 
     def request_id(self) -> str:
         """A fresh id for ``ask``."""
@@ -148,15 +186,16 @@ class Channel:
                 now = time.monotonic()
                 if now >= deadline:
                     raise TimeoutError(f"no answer to {request.action.value} in {timeout:g} s")
-                frame = self._recv_within(min(self._next_beat, deadline) - now)
-                message = None if frame is None else _decoded(frame)
-                if message is None:
-                    continue
-                if isinstance(message, ShellReply):
-                    if message.request_id == request.request_id:
-                        return message
-                    continue  # an earlier question's, given up on
-                self._held.append(message)
+                parts = self._recv_within(min(self._next_beat, deadline) - now)
+                answer = None
+                for message in _decoded(parts):
+                    if isinstance(message, ShellReply):
+                        if message.request_id == request.request_id:
+                            answer = message
+                        continue  # else an earlier question's, given up on
+                    self._held.append(message)
+                if answer is not None:
+                    return answer
 
     def begin_call(self, ticket: int) -> bool:
         """The call ``ticket`` is to start: False when a Cancel took it back first (it
@@ -164,30 +203,49 @@ class Channel:
         until ``end_call``. It is not woken for that: it wakes for progress, a Cancel
         or the next heartbeat, so a short call never has it competing for the GIL."""
         with self._calls:
-            if ticket in self._withdrawn:
-                self._withdrawn.discard(ticket)
+            skips = self._withdrawn.get(ticket)
+            if skips is not None:
+                if skips > 1:
+                    self._withdrawn[ticket] = skips - 1
+                else:
+                    del self._withdrawn[ticket]
                 return False
             self._running = ticket
         self._busy = True
         return True
 
-    def end_call(self, ticket: int, result: Message) -> None:
-        """The tool is done: send what it reported, then its result."""
+    def end_call(self, ticket: int, result: bytes) -> None:
+        """The tool is done: send what it reported, then its result (encoded) — at
+        once, or, while the next call waits here already, with the next results in
+        one message, ``result_hold`` seconds after the first at the latest."""
         with self._calls:
             self._running = None
             self._ended.append(ticket)
         self._busy = False
         with self._lock:
-            self._flush()
-            self._socket.send(encode(result))
+            self._flush(results_due=False)  # its progress: after the results before it
+            self._unsent.append(result)
+            held = self._held
+            if held and type(held[0]) is Execute:
+                now = time.monotonic()
+                if len(self._unsent) == 1:
+                    # If the next call outlasts the hold, the timer wakes the I/O
+                    # thread, which sends it (module timer: not woken otherwise).
+                    self._hold_ends = now + self._hold
+                    self._hold_timer.arm()
+                    self._hold_armed = True
+                    return
+                if now < self._hold_ends:
+                    return
+            self._send_results()
 
     def withdraw(self, ticket: int) -> None:
         """Give back a call without starting it (the call before left the worker
         unfit for another: the pool retires it and runs the call elsewhere)."""
         with self._calls:
-            self._withdrawn.discard(ticket)
             self._ended.append(ticket)
         with self._lock:
+            self._flush()  # the results before it, in order
             self._socket.send(encode(Withdrawn(ticket)))
 
     def take_cancel_target(self) -> int | None:
@@ -217,6 +275,7 @@ class Channel:
             self._socket.close()
         self._control.close()
         self._context.term()
+        self._hold_timer.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
@@ -226,10 +285,13 @@ class Channel:
         poller = zmq.Poller()
         poller.register(self._control, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        hold_fd = self._hold_timer.fileno()
+        poller.register(hold_fd, zmq.POLLIN)
         while not self._closing:
             # Idle, it looks now and then whether a call began (the main thread
-            # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress.
-            # Either way a Cancel on the control line wakes it at once.
+            # heartbeats meanwhile); busy, it wakes for the next heartbeat or progress;
+            # results held past their hold, for the hold's timer. Either way a Cancel
+            # on the control line wakes it at once.
             due = max(0.0, self._next_beat - time.monotonic())
             wait = due if self._busy else self._interval
             ready = dict(poller.poll(int(wait * 1000) + 1))
@@ -238,10 +300,25 @@ class Channel:
                     os.read(self._wake_r, 65536)
             if self._control in ready:
                 self._read_control()
+            hold_over = hold_fd in ready
+            if hold_over:
+                self._hold_timer.clear()
             if self._busy and not self._closing:
                 with self._lock:
-                    self._flush()
+                    self._flush(results_due=hold_over)
                     self._heartbeat_if_due()
+            elif hold_over and not self._closing:
+                # Between two calls. Never a blocking wait: the main thread may hold
+                # the lock while it waits for a message (it sends held results itself
+                # before it waits); held by it now, the timer asks again.
+                if self._lock.acquire(blocking=False):
+                    try:
+                        self._flush()
+                    finally:
+                        self._lock.release()
+                else:
+                    self._hold_timer.arm()
+                    self._hold_armed = True
 
     def _read_control(self) -> None:
         while True:
@@ -249,11 +326,11 @@ class Channel:
                 frame = self._control.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            message = _decoded(frame)
-            if isinstance(message, Cancel):
-                self._cancel(message)
-            elif message is not None:
-                log.error("ignored a %s on the control line", message.type.value)
+            for message in _decoded([frame]):
+                if isinstance(message, Cancel):
+                    self._cancel(message)
+                else:
+                    log.error("ignored a %s on the control line", message.type.value)
 
     def _cancel(self, message: Cancel) -> None:
         """Decide what ``message`` means now, and do it (module docstring)."""
@@ -264,18 +341,41 @@ class Channel:
                     self._cancel_target = ticket
                     signal.pthread_kill(self._main_thread, signal.SIGTERM)
                 return
-            if ticket in self._ended or ticket in self._withdrawn:
+            if ticket in self._ended:
                 return
-            self._withdrawn.add(ticket)  # held, or still on its way: it never starts
+            # Held, or still on its way: it never starts. Counted once a Cancel: the
+            # pool cancels only a call it has given this worker, so a second Cancel of
+            # a ticket still to be skipped is for a second Execute of it.
+            self._withdrawn[ticket] = self._withdrawn.get(ticket, 0) + 1
         self._control.send(encode(Withdrawn(ticket)))
 
     # -- with the lock held ------------------------------------------------------------------
 
-    def _flush(self) -> None:
+    def _flush(self, *, results_due: bool = True) -> None:
+        """Send the results held (when ``results_due``, or ahead of any progress: a
+        later call's messages never overtake an earlier call's result), then the
+        progress queued."""
         # Whoever takes from the queue holds the lock: empty() is the answer, without
         # the exception that get_nowait raises at the end of every flush.
-        while not self._outbox.empty():
-            self._socket.send(self._outbox.get_nowait())
+        outbox = self._outbox
+        if self._unsent and (results_due or not outbox.empty()):
+            self._send_results()
+        while not outbox.empty():
+            self._socket.send(outbox.get_nowait())
+
+    def _send_results(self) -> None:
+        unsent = self._unsent
+        if len(unsent) == 1:
+            self._socket.send(unsent[0])
+        else:
+            send = self._socket.send
+            for part in itertools.islice(unsent, len(unsent) - 1):
+                send(part, _SNDMORE)
+            send(unsent[-1])
+        self._unsent = []
+        if self._hold_armed:  # a hold ran: its timer is no longer wanted
+            self._hold_timer.disarm()
+            self._hold_armed = False
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
@@ -283,23 +383,38 @@ class Channel:
             self._socket.send(encode(Heartbeat(self.worker_id, _rss())))
             self._next_beat = now + self._interval
 
-    def _recv_within(self, wait: float) -> bytes | None:
-        """The next frame, or None after ``wait`` seconds; with the lock held.
+    def _recv_within(self, wait: float) -> list[bytes]:
+        """The parts of the next message, or none after ``wait`` seconds; with the
+        lock held.
 
         A receive that gives up at the next heartbeat, rather than a poll then a
         receive: pyzmq's poll builds a Poller for every call, and the two cost the
-        worker ~14 µs more per call (measured)."""
-        self._socket.setsockopt(zmq.RCVTIMEO, int(max(0.0, wait) * 1000) + 1)
+        worker ~14 µs more per call (measured). A message already waiting (the next
+        frame, sent while this one ran) is taken without a timeout set."""
+        socket = self._socket
+        if socket.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]
+            flags = _NOBLOCK
+        else:
+            socket.setsockopt(_RCVTIMEO, int(max(0.0, wait) * 1000) + 1)
+            flags = 0
         try:
-            return self._socket.recv()
+            part = socket.recv(flags, copy=False)
+            parts = [part.bytes]
+            while part.more:  # a part's flag, not an RCVMORE option asked each time
+                part = socket.recv(_NOBLOCK, copy=False)
+                parts.append(part.bytes)
         except zmq.Again:
-            return None
+            return []
+        return parts
 
 
-def _decoded(frame: bytes) -> Message | None:
-    """The frame's message; None, logged, for a frame that is not one."""
-    try:
-        return decode(frame)
-    except ProtocolError as exc:
-        log.error("dropped a bad frame from the coordinator: %s", exc)
-        return None
+def _decoded(parts: list[bytes]) -> list[Message]:
+    """The messages of a ZeroMQ message's parts, in order; a part that is not one is
+    dropped (logged)."""
+    messages = []
+    for part in parts:
+        try:
+            messages.append(decode(part))
+        except ProtocolError as exc:
+            log.error("dropped a bad frame from the coordinator: %s", exc)
+    return messages

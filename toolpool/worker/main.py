@@ -15,13 +15,13 @@ from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.models import ErrorCode, ToolCall, ToolResult
-from toolpool.protocol import CallStatus, Execute, Result, Shutdown
+from toolpool.protocol import CallStatus, Execute, Result, Shutdown, encode
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import linux, seccomp
 from toolpool.sandbox.limits import Limits, apply_process_limits
 from toolpool.sandbox.policy import Policy, set_active_policy
 from toolpool.sandbox.profile import SandboxProfile, set_active_profile
-from toolpool.worker.channel import Channel
+from toolpool.worker.channel import RESULT_HOLD, Channel
 from toolpool.worker.runner import Runner
 
 log = logging.getLogger("toolpool.worker")
@@ -42,6 +42,8 @@ class WorkerConfig:
     cgroup_procs: tuple[str, ...] = ()
     offline: bool = False  # unshare the network namespace
     limit_address_space: bool = True  # no memory cgroup: RLIMIT_AS bounds each call
+    # How long a finished call's result may wait for the next one's, while a call waits.
+    result_hold: float = RESULT_HOLD
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -79,7 +81,9 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
     linux.become_subreaper()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the coordinator
     confine(config)
-    channel = Channel(config.endpoint, config.worker_id, config.heartbeat_interval)
+    channel = Channel(
+        config.endpoint, config.worker_id, config.heartbeat_interval, config.result_hold
+    )
     runner = Runner(
         registry,
         channel,
@@ -105,13 +109,14 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
             if not channel.begin_call(message.ticket):
                 continue  # a Cancel took it back before it started
             try:
-                result = runner.run(message)
+                result, frame = runner.answer(message)
             except Cancelled:
                 # The cancel signal landed between the tool's end and our bookkeeping.
                 call = ToolCall(message.call_id, message.tool, message.arguments)
                 cancelled = ToolResult.error(call, ErrorCode.CANCELLED, "Tool execution cancelled.")
                 result = Result(message.call_id, CallStatus.CANCELLED, cancelled.to_dict())
-            channel.end_call(message.ticket, result)
+                frame = encode(result)
+            channel.end_call(message.ticket, frame)
             unfit = _leaves_unfit(result)
     finally:
         runner.close()

@@ -21,7 +21,6 @@ import dataclasses
 import errno
 import importlib
 import inspect
-import io
 import os
 import resource
 import signal
@@ -41,7 +40,15 @@ from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import result_from_exception, result_from_output
 from toolpool.preflight import capped, failed_as, not_a_verdict, refusal
-from toolpool.protocol import CallContext, CallStatus, Execute, Preview, Progress, Result
+from toolpool.protocol import (
+    CallContext,
+    CallStatus,
+    Execute,
+    Preview,
+    Progress,
+    Result,
+    encode,
+)
 from toolpool.registry import ToolRegistry, ToolSpec
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
@@ -50,6 +57,8 @@ from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext, ValidationResult
 from toolpool.worker.channel import Channel
+from toolpool.worker.memory import PeakMemory
+from toolpool.worker.output import LimitExceeded, PrintedOutput
 from toolpool.worker.shells import WorkerShells
 from toolpool.worker.watch import CallWatch, stopped_by_limit
 
@@ -69,6 +78,9 @@ def _cancel_errors() -> tuple[type[BaseException], ...]:
 # How long what a call left running gets between SIGTERM and SIGKILL.
 SWEEP_GRACE = 0.5
 
+# A validate's or a preview's answer that is never awaitable (``Runner._now``).
+_PLAIN_ANSWERS = (ValidationResult, str)
+
 # signal.getsignal without its conversion to the Handlers enum, which for a Python
 # handler raises and catches a ValueError whose message holds the handler's repr:
 # 5 µs a call, for each signal, against 0.1 µs. _signal is the C module that signal
@@ -78,44 +90,11 @@ _getsignal: Callable[[int], object] = getattr(
 )
 
 
-class LimitExceeded(BaseException):
-    """Raised in a tool that spent its CPU allowance or printed past its output limit."""
-
-
 @dataclass(slots=True)
 class _Running:
     ticket: int
     loop: asyncio.AbstractEventLoop | None = None
     task: asyncio.Future[Any] | None = None
-
-
-class _PrintedOutput(io.TextIOBase):
-    """What a tool prints: forwarded as progress, line by line, and counted against
-    the call's output limit."""
-
-    def __init__(self, forward: Any, limit: int) -> None:
-        self._forward = forward
-        self._limit = limit
-        self._size = 0
-        self._pending = ""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        self._size += len(text)
-        if self._size > self._limit:
-            raise LimitExceeded(f"printed more than the output limit of {self._limit} bytes")
-        self._pending += text
-        if "\n" in self._pending:
-            complete, _, self._pending = self._pending.rpartition("\n")
-            self._forward(complete + "\n")
-        return len(text)
-
-    def flush(self) -> None:
-        if self._pending:
-            self._forward(self._pending)
-            self._pending = ""
 
 
 class Runner:
@@ -139,9 +118,11 @@ class Runner:
         self._call_limits = Limits()
         self._loop: asyncio.AbstractEventLoop | None = None  # made for the first async tool
         self._pid = os.getpid()
-        self._memory = _PeakMemory()
-        # A result's size, as the wire will carry it. One packer, reused: msgpack.packb
-        # makes a packer and its buffer per call (4 µs for a small result, 2 reused).
+        self._memory = PeakMemory()
+        self._children_cpu: float | None = None  # see _cpu_seconds
+        # A result's size, as the wire will carry it, when its frame is past the output
+        # limit. One packer, reused: msgpack.packb makes a packer and its buffer per
+        # call (4 µs for a small result, 2 reused).
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self._watch = CallWatch(CallAccounting(cgroup_procs) if cgroup_procs else None)
         self._shells = WorkerShells(channel)  # the calls' ToolContext.shells
@@ -149,6 +130,15 @@ class Runner:
         # installed ones is an identity test.
         self._cancel_handler = self._on_cancel
         self._cpu_handler = self._on_cpu_limit
+
+    def _cpu_seconds(self, me: resource.struct_rusage) -> float:
+        """CPU time of the worker (``me``, its own rusage) and of its reaped children,
+        at a call's end. The children's part is kept for the next call's start: only
+        a call reaps children (its tool, or the sweep after it), so between two calls
+        it does not move, and reading it again would cost a call a system call."""
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children = self._children_cpu = kids.ru_utime + kids.ru_stime
+        return me.ru_utime + me.ru_stime + children
 
     def close(self) -> None:
         if self._loop is not None:
@@ -202,6 +192,33 @@ class Runner:
     # -- one call ------------------------------------------------------------------
 
     def run(self, message: Execute) -> Result:
+        """Run one call; its ``Result``."""
+        return self.answer(message)[0]
+
+    def answer(self, message: Execute) -> tuple[Result, bytes]:
+        """Run one call; its ``Result`` and the frame that carries it, the result
+        within the call's output limit (or the error that says it was not)."""
+        result = self._run(message)
+        frame = encode(result)
+        limit = self._call_limits.output_bytes
+        if len(frame) <= limit:
+            # The frame holds the tool's result and a little more: only a frame past
+            # the limit has the result itself measured (a second packing of it).
+            return result, frame
+        size = len(self._packer.pack(result.result))
+        if size <= limit:
+            return result, frame
+        call = ToolCall(message.call_id, message.tool, message.arguments)
+        refused = ToolResult.error(
+            call,
+            ErrorCode.LIMIT_EXCEEDED,
+            f"The result is {size} bytes, more than the output limit of "
+            f"{limit} bytes. Ask for less (a narrower query, an offset).",
+        )
+        result = dataclasses.replace(result, status=CallStatus.ERROR, result=refused.to_dict())
+        return result, encode(result)
+
+    def _run(self, message: Execute) -> Result:
         call = ToolCall(message.call_id, message.tool, message.arguments)
         spec = self.registry.get(message.tool)
         limits = self._limits(message.limits)
@@ -220,11 +237,15 @@ class Runner:
         )
         started = time.monotonic()
         self._memory.reset()
-        me = resource.getrusage(resource.RUSAGE_SELF)  # after the reset: see _PeakMemory
-        cpu_before = _cpu_seconds(me)
+        me = resource.getrusage(resource.RUSAGE_SELF)  # after the reset: see PeakMemory
+        children, self._children_cpu = self._children_cpu, None
+        if children is None:  # the first call, or the last one's end was not reached
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            children = kids.ru_utime + kids.ru_stime
+        cpu_before = me.ru_utime + me.ru_stime + children
         retries_before = sandbox_retries()  # starts the call's tool retries (SPEC X12)
         self._memory.started(me)
-        printed = _PrintedOutput(ctx.progress, limits.output_bytes)
+        printed = PrintedOutput(ctx.progress, limits.output_bytes)
         stdout, stderr = sys.stdout, sys.stderr
         status = CallStatus.OK
         stopped: tuple[str, int] | None = None
@@ -301,7 +322,7 @@ class Runner:
         me = resource.getrusage(resource.RUSAGE_SELF)
         usage: dict[str, Any] = {
             "wall_seconds": round(time.monotonic() - started, 6),
-            "cpu_seconds": round(_cpu_seconds(me) - cpu_before, 6),
+            "cpu_seconds": round(self._cpu_seconds(me) - cpu_before, 6),
             "peak_rss_bytes": self._memory.read(me),
         }
         # What the limit watcher killed and what the sweep ended: both were the call's.
@@ -310,17 +331,8 @@ class Runner:
             usage["ended_processes"] = ended
         if retried := sandbox_retries() - retries_before:
             usage["sandbox_retries"] = retried
-        payload = result.to_dict()
-        size = len(self._packer.pack(payload))
-        if size > limits.output_bytes:
-            status = CallStatus.ERROR
-            payload = ToolResult.error(
-                call,
-                ErrorCode.LIMIT_EXCEEDED,
-                f"The result is {size} bytes, more than the output limit of "
-                f"{limits.output_bytes} bytes. Ask for less (a narrower query, an offset).",
-            ).to_dict()
-        return Result(call.id, status, payload, usage, files.changes_dict())
+        stamps = files.changes_dict() if files.changes else {}  # most calls record none
+        return Result(call.id, status, result.to_dict(), usage, stamps)
 
     def _preflight(self, spec: ToolSpec, call: ToolCall, ctx: ToolContext) -> ToolResult | None:
         """P6 and P7 here, under the call's limits (SPEC L10): the refusal or the failed
@@ -350,6 +362,10 @@ class Runner:
 
     def _now(self, value: Any) -> Any:
         """``value``, or what it resolves to when it is awaitable (an async tool's)."""
+        # What a plain validate or preview answers, known without inspect.isawaitable,
+        # whose look at the Awaitable ABC costs a call more than the rest of ``_now``.
+        if value is None or type(value) in _PLAIN_ANSWERS:
+            return value
         if not inspect.isawaitable(value):
             return value
         if inspect.iscoroutine(value):
@@ -424,67 +440,3 @@ def tool_context(
         limits=limits,
         shells=shells,
     )
-
-
-def _cpu_seconds(me: resource.struct_rusage) -> float:
-    """CPU time of the worker (``me``, its own rusage) and of its reaped children."""
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-class _PeakMemory:
-    """The process's peak resident memory per call: VmHWM, the mm's high-water mark,
-    reset before each call (clear_refs 5).
-
-    VmHWM is the larger of that mark and the resident size now, and
-    /proc/self/status, its only source, costs ~13 µs to produce; statm (the resident
-    size) ~2 µs. The rusage the runner reads anyway has ``ru_maxrss``: the larger of
-    the same mark (its resident part from the kernel's per-CPU estimate, not the
-    exact sum) and the peak of the threads that have exited, which the reset leaves
-    alone. So ``max(ru_maxrss, resident)`` at the call's end is VmHWM whenever that
-    older peak is no higher than VmHWM — which holds when the resident size at the
-    end is at least ``ru_maxrss`` just after the reset (that older peak is below
-    the latter; VmHWM is above the former). Where the check fails (the worker
-    shrank, or a thread exited at a higher peak than the worker has now), the call
-    reads VmHWM from status, as every call once did. The /proc files stay open:
-    reading one again from offset 0 is a fresh answer, without an open and a close
-    per call.
-    """
-
-    def __init__(self) -> None:
-        self._status = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-        self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        self._page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
-        try:
-            self._clear: int | None = os.open("/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            self._clear = None
-        self._floor_kib: int | None = None  # ru_maxrss after the reset
-
-    def reset(self) -> None:
-        if self._clear is not None:
-            try:
-                os.pwrite(self._clear, b"5", 0)
-            except OSError:
-                self._clear = None
-
-    def started(self, usage: resource.struct_rusage) -> None:
-        """The call starts; ``usage`` is the worker's rusage, read after ``reset``."""
-        # Without a reset VmHWM is the worker's whole life: status it is.
-        self._floor_kib = usage.ru_maxrss if self._clear is not None else None
-
-    def read(self, usage: resource.struct_rusage) -> int:
-        """The call's peak in bytes; ``usage`` is the worker's rusage at its end."""
-        if self._floor_kib is not None:
-            resident_kib = int(os.pread(self._statm, 64, 0).split()[1]) * self._page_kib
-            if resident_kib >= self._floor_kib:
-                return max(usage.ru_maxrss, resident_kib) * 1024
-        status = os.pread(self._status, 4096, 0)
-        at = status.find(b"VmHWM:")
-        return int(status[at + 6 : status.index(b"kB", at)]) * 1024 if at >= 0 else 0
-
-    def close(self) -> None:
-        os.close(self._status)
-        os.close(self._statm)
-        if self._clear is not None:
-            os.close(self._clear)
