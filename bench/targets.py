@@ -78,13 +78,26 @@ def cpu_targets(cpu: dict[str, Any]) -> list[tuple[str, str, str]]:
         (name, _cpu_parts(v), "met" if within(v["total"], bound) else "missed")
         for name, v, bound in rows
     ]
-    for tool, how in (("bench_noop", "sync no-op, in a thread"), ("bench_anoop", "async no-op")):
-        p = cpu["in_process"][tool]
+    for label, v in (("one-call turns", one["workers"]), (f"{size}-call turns", batch["workers"])):
         out.append(
             (
-                f"in-process one-call turn of a no-op ≤ 40 µs p50 ({tool}: {how})",
+                f"worker CPU ≤ 40 µs per no-op call ({label}, both workers)",
+                f"{num(v['total'])} µs (user {num(v['user'])}, system {num(v['system'])})",
+                "met" if within(v["total"], 40) else "missed",
+            )
+        )
+    # The async no-op is the target; a sync tool's hop to a thread is reported beside it.
+    for tool, how, targeted in (
+        ("bench_anoop", "async no-op", True),
+        ("bench_noop", "sync no-op, in a thread: reported, not targeted", False),
+    ):
+        p = cpu["in_process"][tool]
+        loop = p.get("loop", "asyncio")
+        out.append(
+            (
+                f"in-process one-call turn of a no-op ≤ 40 µs p50 ({tool}: {how}; {loop})",
                 f"{num(p['wall_us']['p50'])} µs p50, {num(p['cpu_us']['total'])} µs CPU",
-                "met" if within(p["wall_us"]["p50"], 40) else "missed",
+                ("met" if within(p["wall_us"]["p50"], 40) else "missed") if targeted else "n/a",
             )
         )
     return out

@@ -26,7 +26,7 @@ from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
 from toolpool.cancel import CancelToken
 from toolpool.engine import Coordinator
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
-from toolpool.protocol import CallContext, Execute
+from toolpool.protocol import CallContext, Execute, Heartbeat, encode
 from toolpool.sandbox import Limits, SandboxProfile
 from toolpool.sandbox.limits import MiB
 
@@ -128,7 +128,7 @@ async def test_D2_two_pools_in_one_process_keep_their_workers_apart(
 
 async def test_pool_statistics_and_repr(make_pool: PoolFactory, workspace: Path) -> None:
     pool = await make_pool(min_workers=2)
-    assert repr(pool) == "<WorkerPool [2 idle, 0 busy, 0 starting, 0 retiring; 0 queued]>"
+    assert repr(pool) == "<WorkerPool [2 idle, 0 busy, 0 starting, 0 retiring; 0 queued, 0 held]>"
     stats = pool.statistics()
     assert stats.workers["idle"] == 2
     assert stats.started == 2
@@ -616,14 +616,18 @@ async def test_D2_garbage_on_the_worker_socket_is_logged_and_survived(
     make_pool: PoolFactory, workspace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pool = await make_pool()
-    # A frame that reaches the pool from a worker but is garbage is dropped, logged.
+    # A frame that reaches the pool from a worker but is garbage is dropped, logged;
+    # the parts of a message after it are read all the same.
     (worker_id,) = pool.worker_pids()
-    pool._on_frames([worker_id.encode(), b"\xc1 not msgpack"])
-    pool._on_frames([b"two", b"frames", b"three"])
-    pool._on_frames([worker_id.encode(), b"\x81\xa1t\xa7execute"])  # a map, not a message
-    assert "dropped a message of 3 frames" in caplog.text
+    on_frames = pool.supervisor._on_frames
+    on_frames([worker_id.encode(), b"\xc1 not msgpack"])
+    on_frames([b"no parts"])
+    bad_map = b"\x81\xa1t\xa7execute"  # a map, not a message
+    on_frames([worker_id.encode(), bad_map, encode(Heartbeat(worker_id, 4242))])
+    assert "dropped a message of 1 frame" in caplog.text
     assert "not a msgpack frame" in caplog.text
     assert "bad execute message" in caplog.text
+    assert pool._workers[worker_id].rss == 4242
     assert (await call(coordinator_on(pool), workspace, "noop")).text == "ok"
 
 

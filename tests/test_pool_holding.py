@@ -2,7 +2,9 @@
 cancel reaches exactly the call it names — the held one never starts, the running
 one is the only one signalled — tried at random moments, and around every way a
 held call can end: cancelled, taken back for an idle worker, given back by an unfit
-worker, lost with its worker."""
+worker, lost with its worker. The same at depth N (``worker_calls_per_frame``), with
+real workers and, many times over, with thread workers that speak the protocol's
+several calls to a message (``tests/fake_workers.py``), crashing ones among them."""
 
 from __future__ import annotations
 
@@ -21,20 +23,15 @@ from hypothesis import strategies as st
 from toolpool import tools_in_module
 from toolpool.cancel import Cancelled, CancelSource, CancelToken
 from toolpool.pool import PoolConfig, WorkerPool
-from toolpool.pool.workers import (
-    Flight,
-    OutcomeStatus,
-    PoolOutcome,
-    Worker,
-    WorkerExit,
-    drop_flight,
-)
+from toolpool.pool.pool import HOLD_RETRIES
+from toolpool.pool.workers import OutcomeStatus, PoolOutcome
 from toolpool.protocol import CallContext, CallStatus, Execute
 from toolpool.registry import ToolRegistry
 from toolpool.sandbox import Limits
 from toolpool.sandbox.limits import MiB
 from toolpool.worker.runner import Runner, _Running
 
+from .fake_workers import FakeWorkers
 from .support import PoolFactory, pool_factory, until
 
 MODULE = "tests.worker_tools"
@@ -241,12 +238,16 @@ async def _cancel_after(delay: int | None, token: CancelToken) -> None:
         token.cancel(CancelSource.ABORT)
 
 
-async def _scenarios(workspace: Path, workers: int, scenarios: list[Scenario]) -> None:
+async def _scenarios(
+    workspace: Path, workers: int, scenarios: list[Scenario], depth: int = 1
+) -> None:
     """Each scenario's calls go to the pool at once — beyond ``workers``, they are
-    held or queued — each maybe cancelled after its delay: every call not cancelled
-    ends ok; a call ended unstarted never ran; none ran twice; each scenario ends (no
-    call is left waiting) with nothing busy, held or queued."""
-    pool = WorkerPool(PoolConfig(**{**SETTINGS, "min_workers": workers, "max_workers": workers}))
+    held (up to ``depth`` at a worker) or queued — each maybe cancelled after its
+    delay: every call not cancelled ends ok; a call ended unstarted never ran; none
+    ran twice; each scenario ends (no call is left waiting) with nothing busy, held or
+    queued."""
+    sizes = {"min_workers": workers, "max_workers": workers, "worker_calls_per_frame": depth}
+    pool = WorkerPool(PoolConfig(**{**SETTINGS, **sizes}))
     await pool.start()
     ended: list[tuple[str, OutcomeStatus]] = []
     try:
@@ -293,14 +294,112 @@ async def _scenarios(workspace: Path, workers: int, scenarios: list[Scenario]) -
 )
 @given(
     workers=st.sampled_from([1, 2]),
-    scenarios=st.lists(st.lists(_CALL, min_size=2, max_size=5), min_size=8, max_size=8),
+    depth=st.sampled_from([1, 4]),
+    scenarios=st.lists(st.lists(_CALL, min_size=2, max_size=9), min_size=8, max_size=8),
 )
 def test_H4_at_random_cancel_timings_a_cancel_reaches_only_its_call(
-    tmp_path: Path, workers: int, scenarios: list[Scenario]
+    tmp_path: Path, workers: int, depth: int, scenarios: list[Scenario]
 ) -> None:
     workspace = tmp_path / f"ws{len(list(tmp_path.iterdir()))}"
     workspace.mkdir()
-    asyncio.run(_scenarios(workspace, workers, scenarios))
+    asyncio.run(_scenarios(workspace, workers, scenarios, depth))
+
+
+LOST, UNSTARTED = OutcomeStatus.LOST, OutcomeStatus.UNSTARTED
+
+# A call on thread workers: how long it naps (ms), when it is cancelled (ms), whether
+# it crashes its worker (when it starts).
+_FAKE_CALL = st.tuples(
+    st.integers(min_value=0, max_value=20),
+    st.none() | st.integers(min_value=0, max_value=15),
+    st.sampled_from([False] * 7 + [True]),
+)
+FakeScenario = list[tuple[int, int | None, bool]]
+
+
+async def _fake_scenarios(
+    workers: int, depth: int, multipart: bool, scenarios: list[FakeScenario]
+) -> None:
+    """As ``_scenarios``, on thread workers, some calls crashing theirs: a call that
+    is not cancelled and does not crash ends ok, however many crashed beside it (a
+    crash is never another call's failure); a crasher ends lost (or, cancelled, may
+    end as cancelled); no call starts more
+    than 1 + HOLD_RETRIES times; without a crash among them, a call ended unstarted
+    never started and none started twice."""
+    settings = {
+        "min_workers": workers,
+        "max_workers": workers,
+        "worker_calls_per_frame": depth,
+        "multipart_frames": multipart,
+        "heartbeat_misses": 10**6,
+        "cancel_grace": 30,
+        "limits": LIMITS,
+    }
+    pool = WorkerPool(PoolConfig(**settings), processes=FakeWorkers)
+    await pool.start()
+    fake = pool.processes
+    assert isinstance(fake, FakeWorkers)
+    context = CallContext(session_id="s", workspace="/nowhere")
+    try:
+        for i, calls in enumerate(scenarios):
+            tokens = [CancelToken() for _ in calls]
+            names = [f"{i}-{j}" for j in range(len(calls))]
+            running = []
+            for name, (ms, _, crash), token in zip(names, calls, tokens, strict=True):
+                tool, arguments = ("crash", {}) if crash else ("nap", {"seconds": ms / 1000})
+                execute = Execute(name, tool, arguments, context, {}, {}, pool.ticket())
+                running.append(
+                    pool.run(
+                        execute,
+                        network=False,
+                        token=token,
+                        on_progress=print,
+                        limits=LIMITS,
+                        holdable=True,
+                    )
+                )
+            cancels = [_cancel_after(c, t) for (_, c, _), t in zip(calls, tokens, strict=True)]
+            outcomes, _ = await asyncio.wait_for(
+                asyncio.gather(asyncio.gather(*running), asyncio.gather(*cancels)), 60
+            )
+            crashed = any(crash for _, _, crash in calls)
+            for name, (_, cancel, crash), outcome in zip(names, calls, outcomes, strict=True):
+                status, started = outcome.status, fake.starts[name]
+                assert started <= 1 + HOLD_RETRIES, (name, started)
+                if crash and cancel is None:
+                    assert status is OutcomeStatus.LOST, (name, outcome)
+                elif crash:
+                    assert status in (LOST, OutcomeStatus.CANCELLED, UNSTARTED), (name, outcome)
+                elif cancel is None:
+                    assert status is OutcomeStatus.OK, (name, outcome)
+                else:
+                    assert status in (
+                        OutcomeStatus.OK,
+                        OutcomeStatus.CANCELLED,
+                        OutcomeStatus.UNSTARTED,
+                    ), (name, outcome)
+                if not crashed:
+                    assert started <= 1, (name, started)
+                    if status is OutcomeStatus.UNSTARTED:
+                        assert started == 0, name
+            stats = pool.statistics()
+            assert (stats.held, stats.queued) == (0, 0), (i, stats)
+    finally:
+        await pool.close()
+
+
+@pytest.mark.spec("H4", "D2", "D4")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workers=st.sampled_from([1, 2]),
+    depth=st.sampled_from([1, 3, 8]),
+    multipart=st.booleans(),
+    scenarios=st.lists(st.lists(_FAKE_CALL, min_size=2, max_size=12), min_size=6, max_size=6),
+)
+def test_H4_at_depth_N_a_cancel_reaches_only_its_call_and_a_crash_only_its_crasher(
+    workers: int, depth: int, multipart: bool, scenarios: list[FakeScenario]
+) -> None:
+    asyncio.run(_fake_scenarios(workers, depth, multipart, scenarios))
 
 
 # --- the worker's side, with a stand-in for its channel ----------------------------------------
@@ -372,33 +471,3 @@ def test_H4_the_worker_cancels_only_the_call_its_signal_was_raised_for(workspace
         check=False,
     )
     assert done.returncode == 0, done.stderr
-
-
-@pytest.mark.spec("H4")
-async def test_H4_when_the_first_of_a_workers_calls_goes_without_a_result_the_next_runs() -> None:
-    # A held call taken back just after the pool saw it start (its Withdrawn, on the
-    # control line, came after the Result of the call before, on the call line) leaves
-    # the call held behind it first: the worker runs that one now.
-    loop = asyncio.get_running_loop()
-    worker = Worker("w1", False, None, loop.create_future(), loop.create_future())
-    first, second = (
-        Flight(name, lambda _: None, loop.create_future(), ticket=n, held=True)
-        for n, name in enumerate(("b", "c"), 1)
-    )
-    first.held = False  # promoted: the call before it ended
-    worker.flights.extend([first, second])
-    drop_flight(worker, first)
-    assert list(worker.flights) == [second]
-    assert not second.held and second.wake.done()  # promoted, its waiter woken
-    drop_flight(worker, second)
-    drop_flight(worker, second)  # gone already: nothing
-    assert not worker.flights
-    # A dead worker runs nothing: the call held there stays held, to run elsewhere.
-    third, fourth = (
-        Flight(name, lambda _: None, loop.create_future(), ticket=n, held=True)
-        for n, name in enumerate(("d", "e"), 3)
-    )
-    worker.flights.extend([third, fourth])
-    worker.exited.set_result(WorkerExit(3, None))
-    drop_flight(worker, third)
-    assert fourth.held and not fourth.wake.done()

@@ -1,6 +1,6 @@
-"""SPEC D2: the pool's decisions — which worker takes a call, when one starts, when one
-retires, what replaces one that ended — as the planner takes them, on snapshots and
-without a process."""
+"""SPEC D2: the pool's decisions — when a worker starts, when one retires, what
+replaces one that ended — as the planner takes them, on snapshots and without a
+process. (Which worker takes which calls: tests/test_pool_dispatch.py.)"""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from toolpool.pool.planner import (
     Action,
     CallEnd,
     FailWaiters,
-    HandOver,
-    Idle,
     PoolPlanner,
     PoolState,
     RetireWorker,
@@ -51,14 +49,6 @@ def test_the_pool_starts_with_its_minimum() -> None:
     assert planner.initial(True) == [StartWorker(True), StartWorker(True)]
 
 
-@pytest.mark.spec("D2")
-def test_a_call_takes_the_first_idle_worker_of_its_kind() -> None:
-    state = pool(w("w1", BUSY), w("w2", IDLE, offline=True), w("w3", IDLE), w("w4", IDLE))
-    assert planner.idle_worker(state, offline=False) == "w3"
-    assert planner.idle_worker(state, offline=True) == "w2"
-    assert planner.idle_worker(pool(w("w1", BUSY)), offline=False) is None
-
-
 def test_waiting_calls_start_workers_up_to_the_maximum() -> None:
     state = pool(w("w1", BUSY), w("w2", BUSY), online=5)
     assert planner.grow(state, False) == [StartWorker(False), StartWorker(False)]
@@ -85,20 +75,9 @@ def test_retiring_to_make_room_never_goes_past_the_maximum() -> None:
     assert len(_after(state, plan).live()) == 2
 
 
-@pytest.mark.spec("D2")
-def test_a_free_worker_goes_to_a_waiting_call_of_its_kind_or_idles() -> None:
-    assert planner.release(pool(w("w1", BUSY), online=1), "w1") == [HandOver("w1")]
-    assert planner.release(pool(w("w1", BUSY), offline=1), "w1") == [
-        Idle("w1"),
-        StartWorker(True),
-    ]
-    assert planner.release(pool(w("w1", STARTING)), "w1") == [Idle("w1")]
-
-
-def test_a_freed_worker_of_the_other_kind_may_give_its_place() -> None:
-    full = pool(w("w1", BUSY), w("w2", BUSY), w("w3", BUSY), w("w4", BUSY), offline=1)
-    assert planner.release(full, "w4") == [
-        Idle("w4"),
+def test_an_idle_worker_of_the_other_kind_gives_its_place_to_a_waiting_call() -> None:
+    full = pool(w("w1", BUSY), w("w2", BUSY), w("w3", BUSY), w("w4", IDLE), offline=1)
+    assert planner.grow(full, True) == [
         RetireWorker("w4", "to make room for the other kind"),
         StartWorker(True),
     ]
@@ -120,22 +99,21 @@ def test_a_worker_is_retired_after_a_call_that_must_not_reach_the_next(
     worker: WorkerView, end: CallEnd, reason: str
 ) -> None:
     state = pool(worker, w("w2", IDLE))
+    assert planner.retire_reason(worker, end) == reason
     # Two live workers stay the minimum: the retired one is replaced at once.
-    assert planner.after_call(state, "w1", end) == [
+    assert planner.retire(state, "w1", reason) == [
         RetireWorker("w1", reason),
         StartWorker(False, replacement=True),
     ]
 
 
 def test_an_ordinary_call_leaves_its_worker_to_the_next() -> None:
-    state = pool(w("w1", BUSY, calls=9, rss=100), w("w2", IDLE))
-    assert planner.after_call(state, "w1", CallEnd()) == [Idle("w1")]
+    assert planner.retire_reason(w("w1", BUSY, calls=9, rss=100), CallEnd()) is None
 
 
 def test_nothing_is_decided_for_a_worker_that_is_gone_or_leaving() -> None:
-    assert planner.after_call(pool(w("w1", RETIRING)), "w1", CallEnd(stopped=True)) == []
-    assert planner.after_call(pool(), "w1", CallEnd()) == []
     assert planner.retire(pool(w("w1", RETIRING)), "w1", "again") == []
+    assert planner.retire(pool(), "w1", "gone") == []
 
 
 @pytest.mark.spec("D2")
@@ -159,9 +137,7 @@ def test_workers_that_fail_to_start_again_and_again_fail_the_waiting_calls() -> 
 
 
 def test_apply_follows_the_actions() -> None:
-    state = pool(w("w1", IDLE), w("w2", BUSY, offline=True), online=1, offline=1)
-    state = apply(state, HandOver("w1"))
-    assert (state.worker("w1"), state.waiting(False)) == (w("w1", BUSY), 0)
+    state = pool(w("w1", BUSY), w("w2", BUSY, offline=True), online=1, offline=1)
     state = apply(state, RetireWorker("w2", "done"))
     assert [v.id for v in state.live()] == ["w1"]
     state = apply(state, StartWorker(True))
@@ -191,7 +167,7 @@ def snapshots(draw: st.DrawFn) -> tuple[PoolPlanner, PoolState]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(snapshots(), kinds, st.sampled_from(["grow", "release", "retire", "replenish"]))
+@given(snapshots(), kinds, st.sampled_from(["grow", "retire", "replenish"]))
 def test_no_plan_holds_more_live_workers_than_the_maximum(
     snapshot: tuple[PoolPlanner, PoolState], offline: bool, decision: str
 ) -> None:
@@ -203,8 +179,6 @@ def test_no_plan_holds_more_live_workers_than_the_maximum(
         plan = planner.replenish(state, offline)
     elif worker is None:
         return
-    elif decision == "release":
-        plan = planner.release(state, worker)
     else:
         plan = planner.retire(state, worker, "test")
     after = _after(state, plan)

@@ -233,17 +233,26 @@ async def test_S4_stop_before_the_turn_started(workspace: Path, stop: str, code:
 
 
 @pytest.mark.spec("S5")
-async def test_S5_cancelling_the_turn_task_aborts_cleanly(workspace: Path) -> None:
+async def test_S5_a_cancelled_waiter_leaves_the_turn_and_an_abort_ends_it_cleanly(
+    workspace: Path,
+) -> None:
     coordinator, session, _, work = setup(workspace)
     log = EventLog()
     turn = coordinator.submit(session, [work_call("x", 10_000)], on_event=log)
     await ticks(3)
-    assert turn._task is not None
-    turn._task.cancel()
+    # A task that waited for the turn and was cancelled stops waiting, nothing more
+    waiter = asyncio.ensure_future(turn.results())
+    await ticks(1)
+    waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await turn._task
+        await waiter
+    assert work.running == {"x"} and "turn_end" not in log.types
+    # The abort ends it: the call cancelled, every event out, the last one turn_end
+    turn.abort()
+    (result,) = await turn
+    coordinator.close()
     assert log.types[-1] == "turn_end" and work.running == set()
-    assert log.ends()[0].result.error_code is ErrorCode.CANCELLED
+    assert result.error_code is ErrorCode.CANCELLED
 
 
 # --- S6 -----------------------------------------------------------------------------------

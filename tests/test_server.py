@@ -10,7 +10,7 @@ import zmq
 import zmq.asyncio
 
 from toolpool import tool
-from toolpool.daemon import server as server_module
+from toolpool.daemon import clients as clients_module
 from toolpool.daemon.server import Server
 from toolpool.engine import Coordinator
 from toolpool.protocol import (
@@ -33,7 +33,7 @@ LIMIT = 4096
 async def test_D5_events_batched_past_a_chunk_go_in_several_frames(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_module, "CHUNK_BYTES", LIMIT)
+    monkeypatch.setattr(clients_module, "CHUNK_BYTES", LIMIT)
     server = Server(Coordinator([]))
     endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
     server.start()

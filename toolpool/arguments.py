@@ -121,6 +121,7 @@ class ArgumentChecker:
         # the zygote, which never check, and compiling costs milliseconds.
         self._fast: Callable[[Any], Any] | None = None
         self._fast_path = _PENDING
+        self._strings_kept: frozenset[str] | None = None  # made at the first coercion
 
     def __repr__(self) -> str:
         return f"<ArgumentChecker fast path: {self._fast_path}>"
@@ -155,9 +156,39 @@ class ArgumentChecker:
         changed) and what was rewritten. Non-objects come back as they are."""
         if not isinstance(arguments, dict):
             return arguments, ()
+        if self._nothing_to_coerce(arguments):
+            return dict(arguments), ()
         coercions: list[Coercion] = []
         coerced = self._coerce(arguments, self.schema, "", coercions)
         return coerced, tuple(coercions)
+
+    def _nothing_to_coerce(self, arguments: dict[str, Any]) -> bool:
+        """True when the walk would rewrite nothing, known without it: only strings
+        are ever rewritten, so arguments of scalars, and of strings where the schema
+        lets a string stay a string, are the common case of a call (``{}``, a path,
+        a pattern, a number) decided in one pass over the top level."""
+        kept = self._strings_kept
+        if kept is None:
+            kept = self._strings_kept = self._properties_keeping_strings()
+        for key, value in arguments.items():
+            kind = type(value)
+            if kind is str:
+                if key not in kept:
+                    return False
+            elif not (kind is int or kind is float or kind is bool or value is None):
+                return False  # an object or array: the walk looks inside
+        return True
+
+    def _properties_keeping_strings(self) -> frozenset[str]:
+        """The root's properties where the walk leaves a string as it is."""
+        branches = [b for b in self._branches(self.schema) if _may_be(b, "object")]
+        names = {n for b in branches for n in (b.get("properties") or {})}
+        kept = set()
+        for name in names:
+            allowed = self._allowed_types(_property_schema(branches, name))
+            if allowed is None or "string" in allowed:
+                kept.add(name)
+        return frozenset(kept)
 
     # -- the coercion walk ---------------------------------------------------------
 

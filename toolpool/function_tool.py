@@ -92,6 +92,10 @@ def _arguments_model(
 class FunctionTool:
     """A tool made from a function by ``@tool``; also callable as the function itself."""
 
+    # Set per instance, only when given (see __init__).
+    validate: Callable[[Arguments, ToolContext], ValidationResult]
+    preview: Callable[[Arguments, ToolContext], Any]
+
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -121,9 +125,16 @@ class FunctionTool:
         self._concurrency_safe = concurrency_safe
         self._interrupt_behavior = interrupt_behavior
         self._activity = activity
-        self._validate = validate
-        self._preview = preview
+        # validate and preview are capabilities the tool has only when given (T2):
+        # an instance attribute, so that a tool without them is seen without them
+        # (no validate to run, no "prepare" dispatch before a gate).
+        if validate is not None:
+            self.validate = validate
+        if preview is not None:
+            self.preview = preview
         self._permissions = tuple(permissions)
+        # A function of no arguments has nothing for pydantic to check or convert.
+        self._no_arguments = not self.model.model_fields
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -159,12 +170,6 @@ class FunctionTool:
             return self._activity(args)
         return self._activity.format(**args)
 
-    def validate(self, args: Arguments, ctx: ToolContext) -> ValidationResult:
-        return ValidationResult.passed() if self._validate is None else self._validate(args, ctx)
-
-    def preview(self, args: Arguments, ctx: ToolContext) -> Any:
-        return None if self._preview is None else self._preview(args, ctx)
-
     def permissions(self) -> tuple[str, ...]:
         return self._permissions
 
@@ -172,6 +177,8 @@ class FunctionTool:
 
     def bind(self, args: Arguments, ctx: ToolContext) -> dict[str, Any]:
         """The keyword arguments for ``fn``: validated by pydantic, context added."""
+        if self._no_arguments and not args:
+            return dict.fromkeys(self._context_params, ctx)
         try:
             values = self.model.model_validate(args)
         except pydantic.ValidationError as exc:

@@ -40,6 +40,10 @@ from toolpool.tool import (
 if TYPE_CHECKING:  # imported with the first checker: jsonschema comes with it
     from toolpool.arguments import ArgumentChecker
 
+_BEHAVIORS: dict[Any, InterruptBehavior] = {
+    **{b: b for b in InterruptBehavior},
+    **{b.value: b for b in InterruptBehavior},
+}
 # The names every provider accepts (OpenAI, Anthropic and Gemini agree on this set).
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -73,8 +77,10 @@ class ToolSpec:
         "is_async",
         "name",
         "permissions",
+        "preview_is_async",
         "schema",
         "tool",
+        "validate_is_async",
     )
 
     def __init__(self, tool: Any, *, check_schema: bool = True) -> None:
@@ -120,6 +126,9 @@ class ToolSpec:
             tool.execute_content if isinstance(tool, ContentTool) else tool.execute
         )
         self.is_async = inspect.iscoroutinefunction(self.execute_fn)
+        # Where the tool's validate or preview must be awaited (an executor's slow path).
+        self.validate_is_async = inspect.iscoroutinefunction(self._validate)
+        self.preview_is_async = inspect.iscoroutinefunction(self._preview)
 
     @property
     def checker(self) -> ArgumentChecker:
@@ -160,9 +169,11 @@ class ToolSpec:
         if self._interrupt_behavior is None:
             return InterruptBehavior.BLOCK
         try:
-            return InterruptBehavior(self._interrupt_behavior(args))
+            answer = self._interrupt_behavior(args)
         except Exception:
             return InterruptBehavior.BLOCK
+        # A dict, not InterruptBehavior(answer): an Enum's call costs ten times more.
+        return _BEHAVIORS.get(answer, InterruptBehavior.BLOCK)
 
     def activity(self, args: Arguments) -> str | None:
         if self._activity is None:

@@ -26,6 +26,7 @@ import zmq
 Frames = list[bytes]
 
 _POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)  # a plain int: pyzmq turns an enum option into one per call
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
 
@@ -44,6 +45,7 @@ class LoopSocket:
         assert isinstance(fd, int)
         self._fd = fd
         self._scheduled = False
+        self._draining = False  # _drain is on the stack: it looks again itself
         self._loop.add_reader(self._fd, self._drain)
         self._loop.call_soon(self._drain)  # messages may already wait
 
@@ -58,29 +60,36 @@ class LoopSocket:
             self._recheck()
 
     def _recheck(self) -> None:
-        if not self._scheduled and self._events() & _POLLIN:
+        """After a send: input that came meanwhile is read in a drain of its own, one
+        per turn of the loop however many sends it made — none when the send was made
+        from this socket's drain, which looks again before it returns."""
+        if not self._scheduled and not self._draining:
             self._scheduled = True
             self._loop.call_soon(self._drain)
 
     def _events(self) -> int:
-        events: int = self.socket.getsockopt(zmq.EVENTS)  # type: ignore[assignment]
-        return events  # (the enum member: pyzmq looks it up fastest)
+        events: int = self.socket.getsockopt(_EVENTS)  # type: ignore[assignment]
+        return events
 
     def _drain(self) -> None:
         self._scheduled = False
+        self._draining = True
         socket = self.socket
-        while True:
-            try:
-                if not self._events() & _POLLIN:
-                    return
-                part = socket.recv(_NOBLOCK, copy=False)
-                frames = [part.bytes]
-                while part.more:
+        try:
+            while True:
+                try:
+                    if not self._events() & _POLLIN:
+                        return
                     part = socket.recv(_NOBLOCK, copy=False)
-                    frames.append(part.bytes)
-            except zmq.ZMQError:
-                return  # closed under us
-            self._on_message(frames)
+                    frames = [part.bytes]
+                    while part.more:
+                        part = socket.recv(_NOBLOCK, copy=False)
+                        frames.append(part.bytes)
+                except zmq.ZMQError:
+                    return  # closed under us
+                self._on_message(frames)
+        finally:
+            self._draining = False
 
     def close(self, linger: int = 0) -> None:
         self._loop.remove_reader(self._fd)

@@ -96,6 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("max_calls_per_worker", Integer(1), "calls a worker runs before it is replaced"),
     _setting("max_worker_rss", Integer(1, "BYTES"), "bytes; a worker above it is recycled"),
     _setting("hold_calls", Boolean(), "a busy worker may hold the next read-only call (H4)"),
+    _setting("worker_calls_per_frame", Integer(1), "at max_workers, calls a frame and held (H4)"),
     _setting("worker_cpus", Number(0, above=True, metavar="CPUS"), "each worker's CPU quota"),
     _setting(
         "sandbox_disabled",
@@ -202,6 +203,7 @@ class DaemonConfig:
     max_calls_per_worker: int = 1000
     max_worker_rss: int = 512 * 1024 * 1024
     hold_calls: bool = True  # at max_workers, a busy worker holds the next read-only call
+    worker_calls_per_frame: int = 8  # at max_workers: calls per worker frame, held per worker
     worker_cpus: float = 1.0
     sandbox_disabled: frozenset[str] = frozenset()
     require_sandbox: frozenset[str] = frozenset()  # refuse to start when one is off (X11)

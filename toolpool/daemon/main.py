@@ -135,6 +135,7 @@ async def _serve(
             max_calls_per_worker=config.max_calls_per_worker,
             max_worker_rss=config.max_worker_rss,
             hold_calls=config.hold_calls,
+            worker_calls_per_frame=config.worker_calls_per_frame,
             worker_cpus=config.worker_cpus,
             sandbox_disabled=config.sandbox_disabled,
             runtime_dir=runtime / f"workers-{os.getpid()}",

@@ -30,7 +30,7 @@ from toolpool.engine.inprocess import InProcessExecutor
 from toolpool.engine.middleware import Middleware
 from toolpool.engine.pipeline import EventSink, Pipeline
 from toolpool.engine.session import Session
-from toolpool.engine.turn import Turn
+from toolpool.engine.turn import Turn, discard
 from toolpool.models import Event, ToolCall, ToolResult
 from toolpool.registry import ToolRegistry
 from toolpool.session_options import SessionOptionError, SessionOptions, shown
@@ -41,10 +41,6 @@ _DAEMON_OPTIONS = frozenset({"gate", "policy", "approval_timeout"})
 # Claude Code's default: enough to fan out a model's usual burst of reads and greps.
 DEFAULT_MAX_TOOL_CONCURRENCY = 10
 DEFAULT_MAX_TOOL_ERRORS = 3
-
-
-def _discard(_: Event) -> None:
-    pass
 
 
 def _traced(emit: EventSink, tracer: TurnTracer) -> EventSink:
@@ -168,7 +164,7 @@ class Coordinator:
         """Start a turn (it waits for the session's previous turn) and return it;
         ``open`` turns take more calls until closed (``Turn.add``, ``Turn.close``);
         while ``hold`` is on, the turn starts no new calls."""
-        emit = on_event or _discard
+        emit = on_event or discard
         tracer = turn_tracer() if self.trace else None
         if tracer is not None:
             emit = _traced(emit, tracer)

@@ -8,32 +8,36 @@ of one client.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 
 class Hold:
     def __init__(self) -> None:
         self._on = False
-        self._waiting: set[asyncio.Event] = set()
+        self._waiting: list[Callable[[], None]] = []
 
     @property
     def on(self) -> bool:
         return self._on
 
     def set(self, on: bool) -> None:
-        """Hold (True) or release (False); a release wakes the turns that wait."""
+        """Hold (True) or release (False); a release calls back the turns that wait."""
         if on == self._on:
             return
         self._on = on
         if not on:
-            for wake in self._waiting:
-                wake.set()
+            for release in list(self._waiting):
+                release()
 
-    def watch(self, wake: asyncio.Event) -> Callable[[], None]:
-        """Set ``wake`` at every release, until the returned function is called."""
-        self._waiting.add(wake)
-        return lambda: self._waiting.discard(wake)
+    def watch(self, release: Callable[[], None]) -> Callable[[], None]:
+        """Call ``release()`` at every release, until the returned function is called."""
+        self._waiting.append(release)
+
+        def unwatch() -> None:
+            if release in self._waiting:
+                self._waiting.remove(release)
+
+        return unwatch
 
     def __repr__(self) -> str:
         return f"<Hold {'on' if self._on else 'off'}>"

@@ -154,16 +154,44 @@ class Pipeline:
         return InFlight(call, spec, session, emit, token, progress, gate or self.gate, share, check)
 
     async def complete(self, flight: InFlight) -> ToolResult:
-        """P4-P11 for a call that ``begin`` let through."""
+        """P4-P11 for a call that ``begin`` let through, awaited (``proceed``'s)."""
+        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+        self.proceed(flight, future.set_result)
+        return await future
+
+    def proceed(self, flight: InFlight, done: Callable[[ToolResult], None]) -> None:
+        """P4-P11 for a call that ``begin`` let through; ``done(result)`` once its
+        ``tool_end`` is out. No task: a call with neither gate nor middleware is
+        callbacks from here to its end; one with them runs those steps as a task."""
         began = time.time()  # the clock of register stamps: which ones this call made
-        try:
-            result = await self._started(flight)
-        finally:
+
+        def ended(result: ToolResult) -> None:
             flight.progress.open = False
-        if over_share(result, flight.share):
-            assert flight.share is not None
-            result = self._cut(flight, result, flight.share, began)
-        return self._end(flight.session, flight.emit, result)
+            if over_share(result, flight.share):
+                assert flight.share is not None
+                result = self._cut(flight, result, flight.share, began)
+            done(self._end(flight.session, flight.emit, result))
+
+        early = self._checked(flight)  # P4, P5
+        if isinstance(early, ToolResult):
+            ended(early)
+            return
+        request, check = early
+        if flight.gate is None and not self._middlewares:
+            # P6, P7 and P10 where the tool runs (L10), in one dispatch: no gate waits
+            # for the preview, no middleware wraps the execution (a middleware that
+            # short-circuits must still come after P6).
+            def executed(result: ToolResult | None) -> None:
+                assert result is not None  # only stage "prepare" may answer None
+                ended(_noted(result, check))
+
+            try:
+                self._executor.submit(request, executed)
+            except Exception as exc:  # an executor broke its contract
+                ended(result_from_exception(request.call, exc))
+            return
+        task = asyncio.ensure_future(self._staged(flight, request, check))
+        task.add_done_callback(lambda finished: ended(_task_result(request.call, finished)))
 
     def end_unstarted(
         self,
@@ -210,37 +238,31 @@ class Pipeline:
         session.breaker.record(result)
         return result
 
-    async def _started(self, flight: InFlight) -> ToolResult:
-        call, spec, session, emit, token = (
-            flight.call,
-            flight.spec,
-            flight.session,
-            flight.emit,
-            flight.token,
-        )
+    def _checked(self, flight: InFlight) -> ToolResult | tuple[ExecutionRequest, ArgumentCheck]:
+        """P4 and P5: the call's early end, or its request (stage "full") and check."""
+        call, spec, session = flight.call, flight.spec, flight.session
         if spec is None or not session.offers(call.name):  # P4, in the session's profile (F12)
             message = not_offered(session.tool_profile, call.name, self.registry.names())
             return ToolResult.error(call, ErrorCode.TOOL_NOT_FOUND, message)
-
         if call.arguments_error is not None:  # P5: nothing to coerce or validate
             return _invalid_arguments(call, ArgumentCheck({}, (call.arguments_error,)))
         check = flight.check or spec.checker.check(call.arguments)  # P5
         if not check.ok:
             return _invalid_arguments(call, check)
-        call = ToolCall(call.id, call.name, check.arguments)  # (no arguments_error here)
-        ctx = session.context(call, token, flight.progress)
-        preview = _PreviewSeen(call, emit)
-        request = ExecutionRequest(spec, call, ctx, session.limits, Stage.FULL, preview)
-        # P6, P7 and P10 run where the tool runs (L10), in one dispatch when nothing
-        # stands between them: no gate waits for the preview, no middleware wraps
-        # the execution (a middleware that short-circuits must still come after P6).
-        if flight.gate is None and not self._middlewares:
-            try:
-                result = await self._execute(request)
-            except Exception as exc:  # an executor broke its contract
-                result = result_from_exception(call, exc)
-            return _noted(result, check)
+        if check.arguments is not call.arguments:  # coerced (no arguments_error here)
+            call = ToolCall(call.id, call.name, check.arguments)
+        ctx = session.context(call, flight.token, flight.progress)
+        preview = _PreviewSeen(call, flight.emit)
+        return ExecutionRequest(spec, call, ctx, session.limits, Stage.FULL, preview), check
 
+    async def _staged(
+        self, flight: InFlight, request: ExecutionRequest, check: ArgumentCheck
+    ) -> ToolResult:
+        """P6-P10 with a gate or a middleware between them: "prepare", the gate, then
+        "execute" through the middleware chain."""
+        call, spec, token = request.call, request.spec, flight.token
+        preview = request.on_preview
+        assert isinstance(preview, _PreviewSeen)
         if spec.has_validate or spec.has_preview:  # P6, P7
             try:
                 staged = dataclasses.replace(request, stage=Stage.PREPARE)
@@ -252,7 +274,7 @@ class Pipeline:
 
         if flight.gate is not None:  # P8
             gate_request = GateRequest(
-                spec, call, spec.label(), preview.value, session.id, preview.truncated
+                spec, call, spec.label(), preview.value, flight.session.id, preview.truncated
             )
             decided = await _unless_cancelled(_ask(flight.gate, gate_request), token)
             if decided is None:
@@ -292,6 +314,15 @@ async def _executed(executor: Executor, request: ExecutionRequest) -> ToolResult
     result = await submitted(executor, request)
     assert result is not None  # only stage "prepare" may answer None
     return result
+
+
+def _task_result(call: ToolCall, finished: asyncio.Future[ToolResult]) -> ToolResult:
+    """A staged call's task ended: its result, or what it broke on as one (a bug, or
+    the loop's shutdown cancelling it)."""
+    if finished.cancelled():
+        return cancelled_result(call, None)
+    exc = finished.exception()
+    return result_from_exception(call, exc) if exc is not None else finished.result()
 
 
 def _shown(path: Path, session: Session) -> str:

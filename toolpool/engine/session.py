@@ -1,7 +1,8 @@
 """A session: one agent conversation's state (SPEC F2, P2, vocabulary).
 
 It owns the workspace, the file-read register and the breaker's counts. Its turns
-run one after another: a turn holds ``turn_lock`` from its first call to its end.
+run one after another: each waits in the session's queue (``enqueue``) until the one
+before it has ended, then begins in a callback of the loop.
 ``turn_output_chars`` bounds the text of each of its turns (SPEC L4, ``budget.py``;
 0: no bound).
 
@@ -20,10 +21,11 @@ import asyncio
 import shutil
 import tempfile
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from toolpool.cancel import CancelToken
 from toolpool.engine.breaker import Breaker
@@ -32,8 +34,16 @@ from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
 from toolpool.profiles import offers
 from toolpool.runtime import private_dir
+from toolpool.sandbox.limits import Limits
 from toolpool.session_options import SessionOptions
 from toolpool.tool import ToolContext
+
+
+class Begins(Protocol):
+    """What the session's queue of turns asks of a turn (``toolpool.engine.turn``)."""
+
+    def begin(self) -> None: ...
+
 
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -72,6 +82,10 @@ class Session:
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
         self.limits = dict(options.limits)  # resource limit overrides for this session's calls
+        # The limits a tool in this process sees (ctx.limits): the defaults with the
+        # overrides, made once (options were checked: they merge).
+        self.call_limits = Limits().merged(self.limits)
+        self._offered: dict[str, bool] = {}
         self.breaker = Breaker(
             max_tool_errors if options.max_tool_errors is None else options.max_tool_errors
         )
@@ -81,7 +95,7 @@ class Session:
         self.on_error = options.on_error
         self.tool_profile = options.tool_profile  # whose tool names (F12)
         self.files = FileReadRegister()
-        self.turn_lock = asyncio.Lock()
+        self._turns: deque[Begins] = deque()  # the running turn first, then those waiting
         # Private (0700) before any tool writes there; removed by close().
         if scratch_root is None:
             self.scratch_dir = Path(tempfile.mkdtemp(prefix=f"toolpool-session-{self.id}-"))
@@ -90,10 +104,29 @@ class Session:
                 raise ValueError(f"session id {self.id!r} cannot name a scratch directory")
             self.scratch_dir = private_dir(scratch_root / self.id)
 
+    def enqueue(self, turn: Begins) -> None:
+        """Queue ``turn``; it begins (``turn.begin()``, in a callback of the loop) once
+        every turn queued before it has ended (``dequeue``)."""
+        self._turns.append(turn)
+        if len(self._turns) == 1:
+            asyncio.get_running_loop().call_soon(turn.begin)
+
+    def dequeue(self, turn: Begins) -> None:
+        """``turn`` has ended: the next one begins."""
+        if self._turns and self._turns[0] is turn:
+            self._turns.popleft()
+            if self._turns:
+                asyncio.get_running_loop().call_soon(self._turns[0].begin)
+        elif turn in self._turns:
+            self._turns.remove(turn)
+
     def offers(self, tool: str) -> bool:
         """Whether this session's calls may use ``tool``: its profile's tools and those
         of no profile (F12)."""
-        return offers(self.tool_profile, tool)
+        offered = self._offered.get(tool)
+        if offered is None:
+            offered = self._offered[tool] = offers(self.tool_profile, tool)
+        return offered
 
     def close(self) -> None:
         """Forget the session's state and remove its scratch directory."""
@@ -116,6 +149,7 @@ class Session:
             allow_network=self.allow_network,
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
+            limits=self.call_limits,
         )
         if progress is not None:
             ctx.progress = progress
@@ -127,7 +161,7 @@ class Session:
             workspace=str(self.workspace),
             files_read=len(self.files),
             breaker_failures=self.breaker.statistics().failures,
-            turn_running=self.turn_lock.locked(),
+            turn_running=bool(self._turns),
         )
 
     def __repr__(self) -> str:

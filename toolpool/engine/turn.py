@@ -1,17 +1,20 @@
 """One turn: its calls run through the pipeline by the scheduler's rules (SPEC S, M).
 
 The scheduler decides (turn order, safe fan-out, unsafe alone, what an interrupt or
-abort stops); this module carries its decisions out with asyncio tasks, then turns
-the results into tool messages (M1, M2) and ends with one ``turn_end`` event.
+abort stops); this module carries its decisions out, then turns the results into
+tool messages (M1, M2) and ends with one ``turn_end`` event. A turn is a state
+machine driven by callbacks — a call's end (``Pipeline.proceed``), an add, a close,
+a stop, a hold's release — with no task of its own and none per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
 import os
-from collections import deque
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -21,7 +24,7 @@ from toolpool.cancel import CancelSource, CancelToken
 from toolpool.engine.budget import turn_share
 from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
-from toolpool.engine.pipeline import EventSink, Pipeline
+from toolpool.engine.pipeline import EventSink, InFlight, Pipeline
 from toolpool.engine.scheduler import CallState, StopPlan, TurnScheduler
 from toolpool.engine.session import Session
 from toolpool.models import (
@@ -56,6 +59,20 @@ class CallPlan:
     check: ArgumentCheck | None = None
 
 
+# Turn ids: unique in this process (a prefix drawn once, a count), without a system
+# call per turn.
+_ID_PREFIX = os.urandom(4).hex()
+_TURN_NUMBERS = itertools.count(1)
+
+
+def new_turn_id() -> str:
+    return f"{_ID_PREFIX}{next(_TURN_NUMBERS):x}"
+
+
+def discard(_: Event) -> None:
+    """The event sink of a turn nobody listens to."""
+
+
 def _guarded(emit: EventSink) -> EventSink:
     """An event sink whose failures are logged, never raised into the turn: a broken
     listener must not leave calls without their end events."""
@@ -87,6 +104,9 @@ class Turn:
 
     While ``hold`` is on (the daemon's client stopped reading, L5) the turn starts no
     new calls; the ones running go on, and stops and cancels still end queued calls.
+
+    A session's turns run one after another (``Session.enqueue``): a turn begins, in
+    a callback of the loop, once the one before it has ended.
     """
 
     def __init__(
@@ -105,35 +125,42 @@ class Turn:
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
             raise ValueError("call ids within a turn must be unique")
-        self.id = turn_id or os.urandom(6).hex()
+        self.id = turn_id or new_turn_id()
         self.calls = list(calls)
         self.open = open
         self._closed = not open
-        self._wake = asyncio.Event()  # calls were added, or the turn was closed
         self._cancel_first: dict[int, CancelSource] = {}  # cancelled before the start
         self.session = session
         # L4: fixed at submission, for the calls given now and any appended later.
         self.share = turn_share(session.turn_output_chars, len(self.calls), open=open)
         self._pipeline = pipeline
         self._max = max_tool_concurrency
-        self._emit = _guarded(emit)
+        self._emit = emit if emit is discard else _guarded(emit)
         self._gate = gate
         self._hold = hold
+        self._unwatch: Callable[[], None] | None = None
         self.state = TurnState.WAITING
         self._stop_requested: CancelSource | None = None  # a stop asked before the start
         self._scheduler: TurnScheduler | None = None
         self._tokens = [CancelToken() for _ in self.calls]
         self._results: list[ToolResult | None] = [None] * len(self.calls)
-        self._task: asyncio.Task[tuple[ToolResult, ...]] | None = None
+        self._queued = False
+        self._outcome: tuple[ToolResult, ...] | BaseException | None = None
+        # One future per waiter: a waiter cancelled is that waiter's business alone.
+        self._waiters: list[asyncio.Future[tuple[ToolResult, ...]]] = []
         self._plans: list[CallPlan] = []  # made when the turn starts
         self._cancels_siblings = session.on_error is OnError.CANCEL_SIBLINGS
+        self._running = 0
+        self._pumping = False  # _pump is on the stack: a nested call asks it to go round
+        self._again = False
 
     # -- control -------------------------------------------------------------------
 
     def start(self) -> Turn:
-        """Schedule the turn on the running loop; it waits for the session's turn lock."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        """Queue the turn at its session; it begins once the turns before it ended."""
+        if not self._queued:
+            self._queued = True
+            self.session.enqueue(self)
         return self
 
     def interrupt(self) -> None:
@@ -158,21 +185,22 @@ class Turn:
             else self._scheduler.abort()
         )
         self._carry_out(plan, source)
+        self._maybe_end()
 
     def _carry_out(self, plan: StopPlan, source: CancelSource, cause: str | None = None) -> None:
         for i in plan.cancel:
             self._tokens[i].cancel(source, cause)
         for i in plan.never_started:
-            call = self.calls[i]
-            result = never_started_result(call, source, cause)
-            self._results[i] = self._pipeline.end_unstarted(
-                call, self.session, self._emit, result, share=self.share
-            )
-        self._wake.set()  # a held turn may have nothing left to wait for
+            self._end_unstarted(i, never_started_result(self.calls[i], source, cause))
+
+    def _end_unstarted(self, index: int, result: ToolResult) -> None:
+        self._results[index] = self._pipeline.end_unstarted(
+            self.calls[index], self.session, self._emit, result, share=self.share
+        )
 
     def add(self, calls: Sequence[ToolCall]) -> None:
         """Queue more calls at the tail of an open turn."""
-        stopped = self._scheduler is not None and self._scheduler.statistics().stopped
+        stopped = self._scheduler is not None and self._scheduler.stopped
         if self._closed or stopped or self.state is TurnState.DONE:
             raise ValueError("the turn is closed or stopped: it takes no new calls")
         ids = {c.id for c in self.calls}
@@ -187,7 +215,8 @@ class Turn:
                 plan = self._plan(call)
                 self._plans.append(plan)
                 self._scheduler.add(plan.safe, plan.cancel_on_interrupt)
-        self._wake.set()
+        if self._scheduler is not None:
+            self._pump()
 
     def cancel(self, call_id: str, source: CancelSource = CancelSource.INTERRUPT) -> None:
         """Stop one call: cancelled if it runs, ended unstarted if it is queued."""
@@ -201,25 +230,30 @@ class Turn:
             case CallState.RUNNING:
                 self._tokens[index].cancel(source)
             case CallState.QUEUED:
-                call = self.calls[index]
-                result = never_started_result(call, source)
-                self._results[index] = self._pipeline.end_unstarted(
-                    call, self.session, self._emit, result, share=self.share
-                )
-                self._wake.set()
+                self._end_unstarted(index, never_started_result(self.calls[index], source))
+                self._pump()
             case CallState.DONE:
                 pass
 
     def close(self) -> None:
         """An open turn takes no more calls; it ends when the last one has."""
         self._closed = True
-        self._wake.set()
+        if self._scheduler is not None:
+            self._maybe_end()
 
     async def results(self) -> tuple[ToolResult, ...]:
         """Wait for the turn to end; the results in the turn's call order (S6)."""
-        task = self.start()._task
-        assert task is not None
-        return await asyncio.shield(task)
+        self.start()
+        outcome = self._outcome
+        if outcome is None:
+            waiter: asyncio.Future[tuple[ToolResult, ...]] = (
+                asyncio.get_running_loop().create_future()
+            )
+            self._waiters.append(waiter)
+            return await waiter
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def __await__(self) -> Generator[Any, None, tuple[ToolResult, ...]]:
         return self.results().__await__()
@@ -245,110 +279,122 @@ class Turn:
             check=check,
         )
 
-    async def _run(self) -> tuple[ToolResult, ...]:
-        async with self.session.turn_lock:  # a session's turns run one after another
-            self.state = TurnState.RUNNING
+    def begin(self) -> None:
+        """(``Session.enqueue``'s callback.) The turn's calls are planned and the first
+        of them started."""
+        self.state = TurnState.RUNNING
+        try:
             plans = self._plans = [self._plan(c) for c in self.calls]
             self._scheduler = TurnScheduler(
                 [p.safe for p in plans], [p.cancel_on_interrupt for p in plans], self._max
             )
+            if self._hold is not None:
+                self._unwatch = self._hold.watch(self._pump)
             if self._stop_requested is not None:
                 self._stop(self._stop_requested)
             for index, source in self._cancel_first.items():
                 self.cancel(self.calls[index].id, source)
-            cancelled_from_outside = await self._run_calls(self._scheduler)
-            results = tuple(r for r in self._results if r is not None)
-            assert len(results) == len(self.calls)
-            for result in results:  # M1, M2
-                message = ToolMessage.from_result(result)
-                self._emit(MessageStart(message))
-                self._emit(MessageEnd(message))
-            self.state = TurnState.DONE
-            self._emit(TurnEnd(results))
-            if cancelled_from_outside:
-                raise asyncio.CancelledError
-            return results
+            self._pump()
+        except Exception as exc:  # a bug in planning: the turn ends with it
+            self._fail(exc)
 
-    async def _run_calls(self, scheduler: TurnScheduler) -> bool:
-        """Run every call to its end; True when our own task was cancelled meanwhile.
+    def _pump(self) -> None:
+        """Start what the scheduler allows now: P1-P3 at once, the rest proceeds by
+        callbacks. A call that a guard ends at once (P1, P2) frees its place at once,
+        so ask again until nothing more starts; a call's end met on the way (an answer
+        known at once) comes back here, and this goes round once more."""
+        scheduler = self._scheduler
+        if scheduler is None or self.state is TurnState.DONE:
+            return
+        if self._pumping:
+            self._again = True
+            return
+        self._pumping = True
+        try:
+            while True:
+                self._again = False
+                if self._hold is None or not self._hold.on:
+                    while ready := scheduler.start_ready():
+                        for i in ready:
+                            self._start(i)
+                if not self._again:
+                    break
+        except Exception as exc:  # a bug in the pipeline: the turn ends with it
+            self._fail(exc)
+            return
+        finally:
+            self._pumping = False
+        self._maybe_end()
 
-        Each call's task reports its end itself, as its last step, and wakes this loop
-        (``_wake``, which ``add`` and ``close`` set too): one wake-up per event, not an
-        ``asyncio.wait`` over every running task each time one of them ends.
-        """
-        running = 0
-        tasks: set[asyncio.Future[None]] = set()  # referenced while they run
-        ended: deque[tuple[int, ToolResult | BaseException]] = deque()
+    def _start(self, index: int) -> None:
+        begun = self._pipeline.begin(
+            self.calls[index],
+            self.session,
+            self._emit,
+            self._tokens[index],
+            gate=self._gate,
+            share=self.share,
+            check=self._plans[index].check,
+        )
+        if isinstance(begun, ToolResult):
+            self._results[index] = begun
+            self._scheduler.finish(index)  # type: ignore[union-attr]
+            return
+        self._running += 1
+        self._proceed(index, begun)
 
-        async def call(index: int, work: Coroutine[Any, Any, ToolResult]) -> None:
-            try:
-                ended.append((index, await work))
-            except BaseException as exc:  # the pipeline's bug, or the loop's shutdown
-                ended.append((index, exc))  # raised in the turn, as the call's outcome
-            self._wake.set()
+    def _proceed(self, index: int, flight: InFlight) -> None:
+        self._pipeline.proceed(flight, functools.partial(self._ended, index))
 
-        cancelled_from_outside = False
-        unwatch = self._hold.watch(self._wake) if self._hold is not None else None
-        while True:
-            for i, work in self._start_ready(scheduler):
-                task = asyncio.ensure_future(call(i, work))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                running += 1
-            if ended:  # places freed: more calls may start now
-                while ended:
-                    i, outcome = ended.popleft()
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                    self._results[i] = outcome
-                    scheduler.finish(i)
-                    running -= 1
-                    if failed(outcome) and self._cancels_siblings and not scheduler.stopped:
-                        # S7: the rest of the turn stops as on an interrupt.
-                        stop = scheduler.interrupt()
-                        self._carry_out(stop, CancelSource.SIBLING, self.calls[i].id)
-                continue
-            statistics = scheduler.statistics()
-            if not running and (self._closed or statistics.stopped) and not statistics.queued:
-                break
-            self._wake.clear()
-            try:
-                await self._wake.wait()
-            except asyncio.CancelledError:
-                # Our own task was cancelled (shutdown): abort, so that every call
-                # still ends with its events; the cancellation goes on after turn_end.
-                cancelled_from_outside = True
-                self.abort()
-        if unwatch is not None:
-            unwatch()
-        return cancelled_from_outside
+    def _ended(self, index: int, result: ToolResult) -> None:
+        """A started call's ``tool_end`` is out: its place is free."""
+        scheduler = self._scheduler
+        assert scheduler is not None
+        self._results[index] = result
+        scheduler.finish(index)
+        self._running -= 1
+        if failed(result) and self._cancels_siblings and not scheduler.stopped:
+            # S7: the rest of the turn stops as on an interrupt.
+            stop = scheduler.interrupt()
+            self._carry_out(stop, CancelSource.SIBLING, self.calls[index].id)
+        self._pump()
 
-    def _start_ready(
-        self, scheduler: TurnScheduler
-    ) -> list[tuple[int, Coroutine[Any, Any, ToolResult]]]:
-        """Start what the scheduler allows: P1-P3 now, the rest as coroutines to run. A
-        call that a guard ends at once (P1, P2) frees its place at once, so ask again
-        until nothing more starts."""
-        started: list[tuple[int, Coroutine[Any, Any, ToolResult]]] = []
-        if self._hold is not None and self._hold.on:
-            return started
-        while ready := scheduler.start_ready():
-            for i in ready:
-                begun = self._pipeline.begin(
-                    self.calls[i],
-                    self.session,
-                    self._emit,
-                    self._tokens[i],
-                    gate=self._gate,
-                    share=self.share,
-                    check=self._plans[i].check,
-                )
-                if isinstance(begun, ToolResult):
-                    self._results[i] = begun
-                    scheduler.finish(i)
+    def _maybe_end(self) -> None:
+        """The turn's end, once nothing runs, nothing waits and no call may come."""
+        scheduler = self._scheduler
+        if scheduler is None or self.state is TurnState.DONE or self._pumping:
+            return
+        if self._running or not (self._closed or scheduler.stopped):
+            return
+        if any(r is None for r in self._results):
+            return  # queued calls of a held turn wait for the release
+        results = tuple(r for r in self._results if r is not None)
+        for result in results:  # M1, M2
+            message = ToolMessage.from_result(result)
+            self._emit(MessageStart(message))
+            self._emit(MessageEnd(message))
+        self.state = TurnState.DONE
+        self._emit(TurnEnd(results))
+        self._finished(results)
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("turn %s broke: %s", self.id, exc, exc_info=exc)
+        self.state = TurnState.DONE
+        self._finished(exc)
+
+    def _finished(self, outcome: tuple[ToolResult, ...] | BaseException) -> None:
+        self._outcome = outcome
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        self.session.dequeue(self)
+        for waiter in self._waiters:
+            if not waiter.done():
+                if isinstance(outcome, BaseException):
+                    waiter.set_exception(outcome)
                 else:
-                    started.append((i, self._pipeline.complete(begun)))
-        return started
+                    waiter.set_result(outcome)
+        self._waiters.clear()
 
     def __repr__(self) -> str:
         inner = repr(self._scheduler) if self._scheduler else f"{len(self.calls)} calls"

@@ -1,15 +1,19 @@
 """The worker pool: sandboxed worker processes forked by a zygote, and the executor
 that runs the engine's calls on them.
 
-- ``pool.py``: ``WorkerPool``, which runs a call on a worker and carries out the
-  planner's actions;
-- ``planner.py``: the pool's decisions (start, hand over, retire, replace) as pure
+- ``pool.py``: ``WorkerPool``, the pool's face (``submit``, ``run``) and the keeper of
+  its workers, which carries out the planner's actions;
+- ``dispatch.py``: the calls — queued, given to workers several to a frame, each one's
+  life until its ``done`` (result, cancel, wall time, withdrawal, its worker's death);
+- ``holding.py``: which waiting calls go to which worker (SPEC H4), as pure decisions;
+- ``planner.py``: the pool's decisions about workers (start, retire, replace) as pure
   functions of a snapshot, returning actions;
 - ``supervisor.py``: the workers' and the zygote's life as the pool sees it (start,
-  ready, exit, frames, heartbeats; a dead or hung zygote replaced);
-- ``calls.py``: how a call on a worker ends (result, death, cancel, wall time);
+  ready, exit, frames, heartbeats; a dead or hung zygote replaced), reported to the
+  pool through ``WorkerEvents``;
+- ``calls.py``: the outcomes a call can end with;
 - ``processes.py``: the zygote, the workers' socket and cgroups, their termination;
-- ``workers.py``: the records (settings, a worker and its states, outcomes);
+- ``workers.py``: the records (settings, a worker, a call, and their states; outcomes);
 - ``zygote.py``: the handle of the zygote process (``toolpool.worker.zygote``);
 - ``peers.py``: the ZeroMQ ZAP guard that tells who may connect to a socket;
 - ``executor.py``: ``PoolExecutor``, the engine's executor interface over the pool.

@@ -3,25 +3,33 @@
 It replaces the in-process executor without any change to the pipeline or the
 scheduler: it turns an ExecutionRequest into an ``Execute`` message (with the limits
 of the call, the register stamps of the files it names and the stage: validate and
-preview run in the worker too, SPEC L10), and the pool's outcome back into a
-ToolResult.
+preview run in the worker too, SPEC L10), submits it to the pool, and turns the
+pool's outcome into the call's ToolResult — no task and no future per call.
+
+What is the same for every call of a session is made once: its ``CallContext``, and
+a tool's merged limits when the tool asks for none of its own for the call.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from toolpool.cancel import CancelToken
-from toolpool.engine.executor import Done, ExecutionRequest, outcome_of
+from toolpool.engine.executor import Done, ExecutionRequest
 from toolpool.file_reads import FileReadRegister, apply_changes
-from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
+from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult, content_block_from_dict
 from toolpool.outcomes import cancelled_result
 from toolpool.pool.pool import WorkerPool
 from toolpool.pool.workers import OutcomeStatus, PoolOutcome
 from toolpool.protocol import CallContext, Execute
 from toolpool.sandbox.limits import Limits
+from toolpool.tool import ToolContext
+
+# Entries past this many are dropped at once: the caches hold what sessions share,
+# and a daemon opens and closes sessions for ever.
+_CACHE_MAX = 1024
+_CODES = {code.value: code for code in ErrorCode}  # no Enum(value) lookup per result
 
 
 class PoolExecutor:
@@ -37,39 +45,46 @@ class PoolExecutor:
     ) -> None:
         self.pool = pool
         self.tool_limits = {name: dict(v) for name, v in (tool_limits or {}).items()}
+        # (tool, id of the session's overrides) → (those overrides, the limits and
+        # their wire form). The overrides are kept, so their id names them alone
+        # while the entry lives; a session's overrides never change.
+        self._limits: dict[tuple[str, int], tuple[Mapping[str, Any], Limits, dict[str, Any]]] = {}
+        # (session id, network) → what the context was made of, and the context.
+        self._contexts: dict[tuple[str, bool], tuple[tuple[Any, ...], CallContext]] = {}
 
-    def limits_for(self, request: ExecutionRequest) -> Limits:
+    def _merged(self, request: ExecutionRequest) -> tuple[Limits, dict[str, Any]]:
+        spec, overrides = request.spec, request.limits
+        own = spec.call_limits(request.call.arguments)
+        key = (spec.name, id(overrides))
+        if not own:
+            cached = self._limits.get(key)
+            if cached is not None and cached[0] is overrides:
+                return cached[1], cached[2]
         limits = self.pool.config.limits
-        for layer in (
-            request.spec.call_limits(request.call.arguments),
-            self.tool_limits.get(request.spec.name),
-            request.limits,
-        ):
+        for layer in (own, self.tool_limits.get(spec.name), overrides):
             limits = limits.merged(layer)
-        return limits
+        wire = limits.to_dict()
+        if not own:
+            if len(self._limits) >= _CACHE_MAX:
+                self._limits.clear()
+            self._limits[key] = (overrides, limits, wire)
+        return limits, wire
 
-    def submit(self, request: ExecutionRequest, done: Done) -> None:
-        task = asyncio.ensure_future(self._answer(request))
-        task.add_done_callback(lambda finished: done(outcome_of(request, finished)))
-
-    async def _answer(self, request: ExecutionRequest) -> ToolResult | None:
-        """The call's result; None for a "prepare" whose validate passed."""
-        result, outcome = await self._run(request)
-        return None if outcome is not None and outcome.status is OutcomeStatus.PREPARED else result
-
-    async def _run(self, request: ExecutionRequest) -> tuple[ToolResult, PoolOutcome | None]:
-        spec, call, ctx = request.spec, request.call, request.context
-        try:
-            limits = self.limits_for(request)
-        except (ValueError, TypeError) as exc:
-            error = ToolResult.error(call, ErrorCode.EXECUTION_FAILED, f"Invalid limits: {exc}")
-            return error, None
-        network = limits.network or ctx.allow_network
-        stamps = {}
-        for path in spec.file_paths(call.arguments, ctx):
-            stamp = ctx.files.get(path)
-            if stamp is not None:
-                stamps[FileReadRegister.key(path)] = stamp.to_dict()
+    def _context(self, ctx: ToolContext, network: bool) -> CallContext:
+        """The session's context as it crosses the wire, made once per session."""
+        key = (ctx.session_id, network)
+        cached = self._contexts.get(key)
+        if cached is not None:
+            # The session hands every call the same objects: another session of the
+            # same id (a new one, after the first closed) hands others.
+            workspace, extra_roots, scratch_dir = cached[0]
+            if (
+                workspace is ctx.workspace
+                and extra_roots is ctx.extra_roots
+                and scratch_dir is ctx.scratch_dir
+            ):
+                return cached[1]
+        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir)
         context = CallContext(
             session_id=ctx.session_id,
             workspace=str(ctx.workspace),
@@ -77,32 +92,60 @@ class PoolExecutor:
             allow_network=network,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
         )
+        if len(self._contexts) >= _CACHE_MAX:
+            self._contexts.clear()
+        self._contexts[key] = (made_of, context)
+        return context
+
+    def submit(self, request: ExecutionRequest, done: Done) -> None:
+        spec, call, ctx = request.spec, request.call, request.context
+        try:
+            limits, wire = self._merged(request)
+        except (ValueError, TypeError) as exc:
+            done(ToolResult.error(call, ErrorCode.EXECUTION_FAILED, f"Invalid limits: {exc}"))
+            return
+        network = limits.network or ctx.allow_network
+        stamps = {}
+        for path in spec.file_paths(call.arguments, ctx):
+            stamp = ctx.files.get(path)
+            if stamp is not None:
+                stamps[FileReadRegister.key(path)] = stamp.to_dict()
+        pool = self.pool
         message = Execute(
             call.id,
             call.name,
             call.arguments,
-            context,
-            limits.to_dict(),
+            self._context(ctx, network),
+            wire,
             stamps,
-            self.pool.ticket(),
+            pool.ticket(),
             request.stage,
         )
-        # Only validate and preview would run: no more read-only than they are.
-        holdable = request.stage is not Stage.PREPARE and spec.read_only(call.arguments)
-        outcome = await self.pool.run(
+        token = ctx.cancel_token
+
+        def finished(outcome: PoolOutcome) -> None:
+            if outcome.stamps:
+                apply_changes(ctx.files, outcome.stamps)
+            if outcome.status is OutcomeStatus.PREPARED:
+                done(None)  # validate passed: no result of its own yet
+            else:
+                done(self._result(call, outcome, token))
+
+        pool.submit(
             message,
             network=network,
-            token=ctx.cancel_token,
+            token=token,
             on_progress=ctx.progress,
             limits=limits,
-            holdable=holdable,
+            done=finished,
+            # Only validate and preview would run: no more read-only than they are.
+            holdable=request.stage is not Stage.PREPARE and spec.read_only(call.arguments),
             on_preview=request.on_preview,
         )
-        apply_changes(ctx.files, outcome.stamps)
-        return self._result(call, outcome, ctx.cancel_token), outcome
 
     @staticmethod
     def _result(call: ToolCall, outcome: PoolOutcome, token: CancelToken) -> ToolResult:
+        """The call's ToolResult, made once."""
         details: dict[str, Any] = {}
         if outcome.usage:
             details["usage"] = outcome.usage
@@ -113,6 +156,21 @@ class PoolExecutor:
         if outcome.escalation:
             details["escalation"] = outcome.escalation.value
         match outcome.status:
+            case OutcomeStatus.PREPARED:  # validate passed: no result of its own yet
+                return ToolResult(call.id, call.name, ())
+            case OutcomeStatus.OK | OutcomeStatus.ERROR:
+                data = outcome.result
+                assert data is not None
+                code = data.get("error_code")
+                own = data.get("details")
+                return ToolResult(
+                    str(data["call_id"]),
+                    str(data["tool_name"]),
+                    tuple([content_block_from_dict(b) for b in data.get("content", ())]),
+                    bool(data.get("is_error", False)),
+                    None if code is None else _CODES[code],
+                    {**own, **details} if own else details,
+                )
             case OutcomeStatus.UNSTARTED | OutcomeStatus.CANCELLED:
                 result = cancelled_result(call, token.source, token.cause)
             case OutcomeStatus.LOST:
@@ -130,13 +188,15 @@ class PoolExecutor:
                     ErrorCode.LIMIT_EXCEEDED,
                     f"The tool ran past its {outcome.cause} and was stopped.",
                 )
-            case OutcomeStatus.PREPARED:  # validate passed: no result of its own yet
-                return ToolResult(call.id, call.name, ())
-            case _:
-                assert outcome.result is not None
-                result = ToolResult.from_dict(outcome.result)
+            case OutcomeStatus.FAILED:  # the pool cannot run calls: an error to the model
+                return ToolResult.error(
+                    call,
+                    ErrorCode.EXECUTION_FAILED,
+                    f"PoolError: {outcome.cause}",
+                    {"exception": "PoolError"},
+                )
         if details:
-            result = ToolResult(
+            return ToolResult(
                 result.call_id,
                 result.tool_name,
                 result.content,

@@ -1,14 +1,14 @@
-"""The pool's decisions, without processes: which worker takes a call, when a worker
-starts, when one retires (its call was stopped or tainted it, it served
+"""The pool's decisions about its workers, without processes: when a worker starts,
+when one retires (its call was stopped or tainted it, it served
 ``max_calls_per_worker`` calls, it grew past ``max_worker_rss``), and what replaces a
-worker that ended.
+worker that ended. (Which worker takes which waiting calls is ``holding.py``'s.)
 
 Like the turn scheduler (``toolpool.engine.scheduler``), the planner does no I/O: it
-reads a snapshot of the pool (``PoolState``) and returns the actions to take —
-``StartWorker``, ``RetireWorker``, ``HandOver``, ``Idle``, ``FailWaiters``,
-``ReplaceZygote``, ``GiveUp`` — in the order the pool carries them out
-(``WorkerPool._perform``). Every action of a plan is
-applied to the snapshot (``apply``) before the next one is decided, so a plan never
+reads a snapshot of the pool (``PoolState``) — or, for the question asked after
+every call, the one worker (``retire_reason``) — and returns the actions to take —
+``StartWorker``, ``RetireWorker``, ``FailWaiters``, ``ReplaceZygote``, ``GiveUp`` — in
+the order the pool carries them out (``WorkerPool._perform``). Every action of a plan
+is applied to the snapshot (``apply``) before the next one is decided, so a plan never
 holds more than ``max_workers`` live workers.
 
 Two kinds of worker exist: offline ones (no network: a network namespace of their
@@ -97,18 +97,6 @@ class RetireWorker:
 
 
 @dataclass(frozen=True, slots=True)
-class HandOver:
-    """Give the worker to the first call waiting for a worker of its kind."""
-
-    worker_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    worker_id: str
-
-
-@dataclass(frozen=True, slots=True)
 class FailWaiters:
     """Workers cannot be had: every waiting call gets an error."""
 
@@ -131,7 +119,7 @@ class GiveUp:
     reason: str
 
 
-Action = StartWorker | RetireWorker | HandOver | Idle | FailWaiters | ReplaceZygote | GiveUp
+Action = StartWorker | RetireWorker | FailWaiters | ReplaceZygote | GiveUp
 
 
 def apply(state: PoolState, action: Action) -> PoolState:
@@ -149,19 +137,6 @@ def apply(state: PoolState, action: Action) -> PoolState:
             return dataclasses.replace(state, workers=(*state.workers, started))
         case RetireWorker(worker_id=worker_id):
             return dataclasses.replace(state, workers=with_state(worker_id, WorkerState.RETIRING))
-        case HandOver(worker_id=worker_id):
-            worker = state.worker(worker_id)
-            assert worker is not None
-            workers = with_state(worker_id, WorkerState.BUSY)
-            if worker.offline:
-                return dataclasses.replace(
-                    state, workers=workers, waiting_offline=state.waiting_offline - 1
-                )
-            return dataclasses.replace(
-                state, workers=workers, waiting_online=state.waiting_online - 1
-            )
-        case Idle(worker_id=worker_id):
-            return dataclasses.replace(state, workers=with_state(worker_id, WorkerState.IDLE))
         case FailWaiters() | GiveUp():
             return dataclasses.replace(state, waiting_online=0, waiting_offline=0)
         case ReplaceZygote():
@@ -201,13 +176,6 @@ class PoolPlanner:
         """The workers to start with."""
         return [StartWorker(offline) for _ in range(self.min_workers)]
 
-    def idle_worker(self, state: PoolState, offline: bool) -> str | None:
-        """The idle worker of this kind a new call takes at once, if any."""
-        for worker in state.workers:
-            if worker.state is WorkerState.IDLE and worker.offline == offline:
-                return worker.id
-        return None
-
     def grow(self, state: PoolState, offline: bool) -> list[Action]:
         """Start workers for the calls of this kind that no starting worker will
         serve, up to the maximum; make room by retiring idle workers of the other
@@ -236,20 +204,6 @@ class PoolPlanner:
             state = apply(state, actions[-1])
         return actions
 
-    def release(self, state: PoolState, worker_id: str) -> list[Action]:
-        """The worker is free (ready, or done with a call): the first call waiting for
-        its kind gets it, else it idles — and calls of the other kind stuck behind a
-        full pool may have its place."""
-        worker = state.worker(worker_id)
-        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
-            return []
-        if state.waiting(worker.offline):
-            return [HandOver(worker_id)]
-        actions: list[Action] = [Idle(worker_id)]
-        if state.waiting(not worker.offline):
-            actions += self.grow(apply(state, actions[0]), not worker.offline)
-        return actions
-
     def retire_reason(self, worker: WorkerLike, end: CallEnd) -> str | None:
         """Why a worker that has just ended a call must not take another, if it must
         not: a next call should not inherit what a stopped, cancelled or over-limit
@@ -267,16 +221,6 @@ class PoolPlanner:
         if worker.rss > self.max_worker_rss:
             return f"it grew to {worker.rss} bytes resident (max_worker_rss)"
         return None
-
-    def after_call(self, state: PoolState, worker_id: str, end: CallEnd) -> list[Action]:
-        """A call on the worker ended (``calls`` counts it): retire or release it."""
-        worker = state.worker(worker_id)
-        if worker is None or worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
-            return []
-        reason = self.retire_reason(worker, end)
-        if reason is not None:
-            return self.retire(state, worker_id, reason)
-        return self.release(state, worker_id)
 
     def retire(self, state: PoolState, worker_id: str, reason: str) -> list[Action]:
         """Shut the worker down once its call is over, and start what replaces it."""

@@ -205,8 +205,7 @@ class WorkerProcesses:
 
     def new_worker(self, worker_id: str, offline: bool) -> Worker:
         """A worker's record; ``prepare`` makes its cgroup."""
-        loop = asyncio.get_running_loop()
-        return Worker(worker_id, offline, None, loop.create_future(), loop.create_future())
+        return Worker(worker_id, offline, None, asyncio.get_running_loop().create_future())
 
     async def prepare(self, worker: Worker) -> WorkerConfig:
         """Make the worker's cgroup, with the pool's limits, and the configuration it
@@ -296,6 +295,16 @@ class WorkerProcesses:
             self._router.send([identity.encode(), encode(message)])
         except zmq.ZMQError as exc:  # EHOSTUNREACH: it has not connected, or has gone
             log.info("could not send %s to %s: %s", message.type.value, identity, exc)
+
+    def send_parts(self, worker: Worker, parts: list[bytes]) -> None:
+        """Send encoded messages to the worker's call line as one ZeroMQ message, a
+        part each (a worker reads them in order)."""
+        if self._router is None or worker.state is WorkerState.DEAD:
+            return
+        try:
+            self._router.send([worker.id.encode(), *parts])
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: it has not connected, or has gone
+            log.info("could not send %d calls to %s: %s", len(parts), worker.id, exc)
 
     async def terminate(
         self, workers: Iterable[Worker], reason: str, *, grace: float = 0

@@ -2,16 +2,17 @@
 workers and the zygote say (frames, heartbeats) and their silence; and the zygote's
 death and replacement (SPEC D2, L1).
 
-``WorkerPool`` (``pool.py``) builds on it: the call side (a call onto a worker and
-back, the calls waiting for one) and ``_perform``, which carries out the planner's
-actions. The planner decides here too — what replaces a worker or a zygote, when to
-give up — and this side tells it what happened.
+``Supervisor`` knows nothing of calls, waiters or the planner. ``WorkerPool``
+(``pool.py``) holds one and tells it what to do (start a worker, send it frames,
+end it, replace the zygote); it tells the pool what happened, through the
+``WorkerEvents`` the pool gives it: a worker is ready, failed to start or ended, a
+worker's message about a call came, the zygote died, a new one started or failed to.
+The dependency runs one way: this module imports nothing of the call side.
 
 When the zygote dies (or is killed for not heartbeating), every worker it forked
 dies with it (parent death signal): they are ended for sure, with whatever their
-cgroups hold; their calls end as lost; a new zygote is started (retried with
-backoff when it fails: ``PoolPlanner.zygote_start_failed``) and the minimum of
-workers with it. Calls that wait meanwhile stay queued for the new workers.
+cgroups hold, and each is reported ended; then the zygote's death is reported, and
+the pool decides (the planner: ``zygote_died``) to start a new one.
 """
 
 from __future__ import annotations
@@ -23,41 +24,57 @@ import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
-from toolpool.pool.planner import Action, PoolPlanner, PoolState
 from toolpool.pool.processes import WorkerProcesses
-from toolpool.pool.shell_bounds import ShellCaps
-from toolpool.pool.shells import ShellSupervisor
-from toolpool.pool.workers import (
-    Flight,
-    PoolConfig,
-    PoolError,
-    Worker,
-    WorkerExit,
-    WorkerState,
-    drop_flight,
-)
+from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerExit, WorkerState
 from toolpool.pool.zygote import ZygoteError
 from toolpool.protocol import (
     PROTOCOL_VERSION,
     Exited,
     Heartbeat,
     Message,
-    Preview,
-    Progress,
     ProtocolError,
     Ready,
-    Result,
-    ShellRequest,
     Shutdown,
-    Withdrawn,
     decode,
 )
 from toolpool.worker.channel import CONTROL_SUFFIX
 
 log = logging.getLogger("toolpool.pool")
+
+# How a WorkerProcesses is made: its settings, and where its frames, the workers'
+# exits and the zygote's death go (a test gives a stand-in).
+ProcessesFactory = Callable[
+    [PoolConfig, Callable[[list[bytes]], None], Callable[[Exited], None], Callable[[str], None]],
+    WorkerProcesses,
+]
+
+
+class WorkerEvents(Protocol):
+    """What the supervisor tells its pool."""
+
+    def worker_ready(self, worker: Worker) -> None:
+        """``worker`` connected both its lines: it is idle."""
+
+    def worker_start_failed(self, worker: Worker, why: str, failures: int) -> None:
+        """``worker`` never got ready (``failures``: in a row); it is forgotten."""
+
+    def worker_exited(self, worker: Worker, replace: bool) -> None:
+        """``worker`` ended (``worker.exit`` says how); whatever it ran is lost.
+        ``replace``: it was live (not retiring, not lost with its zygote)."""
+
+    def worker_message(self, worker: Worker, message: Message) -> None:
+        """A message of ``worker``'s about its calls (neither Ready nor Heartbeat)."""
+
+    def zygote_died(self, why: str, started: bool) -> None:
+        """The zygote died (its workers were reported ended first); ``started``: it
+        had imported its tool modules."""
+
+    def zygote_start_failed(self, failures: int, why: str) -> None: ...
+
+    def zygote_started(self) -> None: ...
 
 
 def _lost(worker: Worker) -> bool:
@@ -69,25 +86,18 @@ def _lost(worker: Worker) -> bool:
 class Supervisor:
     """The workers' records and their life, and the zygote's (see the module)."""
 
-    def __init__(self, config: PoolConfig) -> None:
+    def __init__(
+        self,
+        config: PoolConfig,
+        events: WorkerEvents,
+        processes: ProcessesFactory = WorkerProcesses,
+    ) -> None:
         self.config = config
-        self.planner = PoolPlanner.from_config(config)
-        self.processes = WorkerProcesses(
-            config, self._on_frames, self._on_exit, self._on_zygote_death
-        )
-        # Background shells belong to sessions, not workers: the pool keeps them.
-        caps = ShellCaps(
-            per_client=config.max_background_shells_per_client,
-            total=config.max_background_shells,
-        )
-        self.shells = ShellSupervisor(
-            self.processes,
-            wall_seconds=config.background_wall_seconds,
-            cpus=config.worker_cpus,
-            caps=caps,
-        )
-        self._workers: dict[str, Worker] = {}
+        self.events = events
+        self.processes = processes(config, self._on_frames, self._on_exit, self._on_zygote_death)
+        self.workers: dict[str, Worker] = {}  # not dead, in start order
         self._by_pid: dict[int, Worker] = {}
+        self._lines: dict[bytes, Worker] = {}  # a worker's two ZeroMQ identities
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Future[Any]] = set()
@@ -95,43 +105,86 @@ class Supervisor:
         self._restart: asyncio.Task[None] | None = None  # a new zygote starting
         self._start_failures = 0
         self._zygote_failures = 0
-        self._zygote_up = True
+        self.zygote_up = True  # False from a zygote's death until a new one started
         self._zygote_lost_at: float | None = None  # until a new worker is ready
-        self._counts = {"started": 0, "replaced": 0, "calls": 0, "zygotes_replaced": 0}
-        self._worker_sandbox_retries = 0  # what the workers' results said (SPEC X12)
-        self._replacement_ms: deque[float] = deque(maxlen=100)
-        self._recovery_ms: deque[float] = deque(maxlen=100)
-        self._open = False
+        self.counts = {"started": 0, "replaced": 0, "zygotes_replaced": 0}
+        self.replacement_ms: deque[float] = deque(maxlen=100)
+        self.recovery_ms: deque[float] = deque(maxlen=100)
+        self.open = False
+        # Whether workers of network-less sessions live in a namespace of their own
+        # (the sandbox profile's, once probed).
+        self.offline_default = False
 
-    # -- what the call side provides -----------------------------------------------------
+    async def start(self) -> None:
+        """Probe the sandbox, open the socket, start the zygote and the watch."""
+        await self.processes.open()
+        self.offline_default = self.processes.profile.active("netns")
+        self.open = True
+        self._tasks = [asyncio.ensure_future(self._watch_heartbeats())]
 
-    def _state(self) -> PoolState:
-        raise NotImplementedError
+    async def close(self, *, polite: bool = True) -> None:
+        """Stop every worker (politely: a Shutdown, and ``shutdown_grace`` seconds to
+        exit before the kill; else the kill at once), the zygote and the socket;
+        remove the cgroups and the runtime directory. Nothing is left running."""
+        self.open = False
+        live = [w for w in self.workers.values() if w.state is not WorkerState.DEAD]
+        for worker in live if polite else ():
+            if worker.state is WorkerState.STARTING:
+                continue  # not connected yet: it cannot hear a Shutdown
+            worker.state = WorkerState.RETIRING
+            self.processes.send(worker, Shutdown("pool closing"))
+        running = [w for w in live if w.pid and w.exit is None]
+        told = [w for w in running if polite and w.state is WorkerState.RETIRING]
+        await asyncio.gather(
+            self.processes.terminate(told, "the pool closed", grace=self.config.shutdown_grace),
+            self.processes.terminate([w for w in running if w not in told], "the pool closed"),
+        )
+        for task in [*self._tasks, *([self._restart] if self._restart else [])]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*self._endings)
+        await self.processes.close(self.workers.values())
 
-    def _perform(self, actions: Iterable[Action], exited_at: float | None = None) -> list[Worker]:
-        raise NotImplementedError
+    # -- what the pool asks ------------------------------------------------------------
 
-    @property
-    def _offline_default(self) -> bool:
-        return self.processes.profile.active("netns")
-
-    def _release(self, worker: Worker) -> None:
-        self._perform(self.planner.release(self._state(), worker.id))
-
-    @property
-    def sandbox_retries(self) -> int:
-        """Confined starts tried again because the sandbox failed before its command
-        (SPEC X12): a call's command in a worker, or a background shell."""
-        return self._worker_sandbox_retries + self.shells.sandbox_retries
-
-    # -- a worker's life -------------------------------------------------------------------
-
-    def _spawn(self, offline: bool) -> Worker:
+    def spawn(
+        self, offline: bool, *, replacement: bool = False, exited_at: float | None = None
+    ) -> Worker:
+        """Start a worker; ``replacement``: in place of one that ended (at
+        ``exited_at``, when known) or retired."""
         worker = self.processes.new_worker(f"w{next(self._ids)}", offline)
-        self._workers[worker.id] = worker
-        self._counts["started"] += 1
+        self.workers[worker.id] = worker
+        self._lines[worker.id.encode()] = worker
+        self._lines[(worker.id + CONTROL_SUFFIX).encode()] = worker
+        self.counts["started"] += 1
+        if replacement:
+            self.counts["replaced"] += 1
+            worker.replaces_exit_at = exited_at
         self._in_background(self._start_worker(worker))
         return worker
+
+    def send(self, worker: Worker, message: Message, *, control: bool = False) -> None:
+        self.processes.send(worker, message, control=control)
+
+    def send_calls(self, worker: Worker, frames: list[bytes]) -> None:
+        """Send encoded ``Execute`` messages to the worker's call line: one ZeroMQ
+        message of several parts (``multipart_frames``), or one message each."""
+        if self.config.multipart_frames or len(frames) == 1:
+            self.processes.send_parts(worker, frames)
+        else:
+            for frame in frames:
+                self.processes.send_parts(worker, [frame])
+
+    def terminate(self, workers: Iterable[Worker], reason: str) -> asyncio.Future[Any]:
+        """End the workers at once (SIGKILL, whole trees and cgroups)."""
+        return asyncio.ensure_future(self.processes.terminate(workers, reason))
+
+    def replace_zygote(self, delay: float) -> None:
+        """Start a new zygote ``delay`` seconds from now."""
+        self._restart = asyncio.ensure_future(self._replace_zygote(delay))
+
+    # -- a worker's life -------------------------------------------------------------------
 
     async def _start_worker(self, worker: Worker) -> None:
         try:
@@ -140,7 +193,7 @@ class Supervisor:
             if not _lost(worker):
                 self._start_failed(worker, f"its cgroup could not be made: {exc}")
             return
-        if _lost(worker) or not self._open:
+        if _lost(worker) or not self.open:
             # Lost (with its zygote), or the pool closes, while its cgroup was made:
             # never started (a closing pool removes the cgroup).
             return
@@ -164,9 +217,7 @@ class Supervisor:
             worker.ready.set_exception(PoolError(f"a worker failed to start: {why}"))
             worker.ready.exception()  # retrieved: the waiters get their own error
         self._forget(worker)
-        self._perform(
-            self.planner.start_failed(self._state(), worker.offline, self._start_failures, why)
-        )
+        self.events.worker_start_failed(worker, why, self._start_failures)
 
     def _on_ready(self, worker: Worker, message: Ready) -> None:
         if message.version != PROTOCOL_VERSION:
@@ -180,14 +231,14 @@ class Supervisor:
             return  # its other line (calls, control) has not spoken yet
         worker.ready_at = time.monotonic()
         if worker.replaces_exit_at is not None:
-            self._replacement_ms.append((worker.ready_at - worker.replaces_exit_at) * 1000)
+            self.replacement_ms.append((worker.ready_at - worker.replaces_exit_at) * 1000)
         if self._zygote_lost_at is not None:
-            self._recovery_ms.append((worker.ready_at - self._zygote_lost_at) * 1000)
+            self.recovery_ms.append((worker.ready_at - self._zygote_lost_at) * 1000)
             self._zygote_lost_at = None
         self._start_failures = 0
         if not worker.ready.done():
             worker.ready.set_result(None)
-        self._release(worker)
+        self.events.worker_ready(worker)
 
     def _on_exit(self, message: Exited) -> None:
         """The zygote reaped a worker: whatever it was doing is lost (D2)."""
@@ -202,21 +253,23 @@ class Supervisor:
             log.warning("worker %s (pid %d) died: %s", worker.id, message.pid, exit_.describe())
         was_live = worker.state is not WorkerState.RETIRING
         worker.state = WorkerState.DEAD
-        if not worker.exited.done():
-            worker.exited.set_result(exit_)
+        worker.exit = worker.exit or exit_
         if not worker.ready.done():
             self._start_failed(worker, exit_.describe())
             return
         self._forget(worker)
-        if was_live:
-            plan = self.planner.replenish(self._state(), worker.offline)
-            self._perform(plan, exited_at=time.monotonic())
+        self.events.worker_exited(worker, replace=was_live)
 
     def _forget(self, worker: Worker) -> None:
         worker.state = WorkerState.DEAD
-        self._workers.pop(worker.id, None)
-        self._by_pid.pop(worker.pid, None)
+        self._unlist(worker)
         self.processes.forget(worker)
+
+    def _unlist(self, worker: Worker) -> None:
+        self.workers.pop(worker.id, None)
+        self._by_pid.pop(worker.pid, None)
+        self._lines.pop(worker.id.encode(), None)
+        self._lines.pop((worker.id + CONTROL_SUFFIX).encode(), None)
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -227,30 +280,29 @@ class Supervisor:
 
     def _on_zygote_death(self, why: str) -> None:
         """The zygote died (``why``: how); its workers died with it."""
-        if not self._zygote_up:
+        if not self.zygote_up:
             return  # a replacement that did not start: _replace_zygote hears of it
-        self._zygote_up = False
+        self.zygote_up = False
         started = self.processes.zygote_started
         if started:
             self._zygote_lost_at = time.monotonic()
             self._lose_workers(f"the zygote that forked it died ({why})")
-        self._perform(self.planner.zygote_died(self._state(), why, started))
+        self.events.zygote_died(why, started)
 
     def _lose_workers(self, cause: str) -> None:
-        """Every worker is gone with the zygote: their calls end as lost, their records
-        go now, and whatever is left of their processes and cgroups is ended."""
-        lost = [w for w in self._workers.values() if w.state is not WorkerState.DEAD]
+        """Every worker is gone with the zygote: each is reported ended, its record
+        goes now, and whatever is left of its processes and cgroup is ended."""
+        lost = [w for w in self.workers.values() if w.state is not WorkerState.DEAD]
         for worker in lost:
             worker.state = WorkerState.DEAD
             worker.kill_reason = worker.kill_reason or cause
-            self._workers.pop(worker.id, None)
-            self._by_pid.pop(worker.pid, None)
+            self._unlist(worker)
             self.processes.exited(worker.pid)
-            if not worker.exited.done():
-                worker.exited.set_result(WorkerExit(None, signal.SIGKILL, worker.kill_reason))
+            worker.exit = worker.exit or WorkerExit(None, signal.SIGKILL, worker.kill_reason)
             if not worker.ready.done():
                 worker.ready.set_exception(PoolError(f"a worker failed to start: {cause}"))
                 worker.ready.exception()  # retrieved: its waiters stay queued
+            self.events.worker_exited(worker, replace=False)
         ending = asyncio.ensure_future(self._end_lost(lost, cause))
         self._endings.add(ending)
         ending.add_done_callback(self._endings.discard)
@@ -260,9 +312,6 @@ class Supervisor:
         for worker in workers:
             self.processes.forget(worker)
 
-    def _begin_zygote_replacement(self, delay: float) -> None:
-        self._restart = asyncio.ensure_future(self._replace_zygote(delay))
-
     async def _replace_zygote(self, delay: float) -> None:
         await asyncio.sleep(delay)
         try:
@@ -270,78 +319,42 @@ class Supervisor:
         except Exception as exc:  # ZygoteError, or anything else: the calls must not hang
             self._zygote_failures += 1
             log.error("a new zygote failed to start (%d in a row): %s", self._zygote_failures, exc)
-            failures = self._zygote_failures
-            self._perform(self.planner.zygote_start_failed(self._state(), failures, str(exc)))
+            self.events.zygote_start_failed(self._zygote_failures, str(exc))
             return
         log.warning("a new zygote (pid %s) replaced the one that died", self.processes.zygote_pid)
-        self._zygote_up = True
+        self.zygote_up = True
         self._zygote_failures = 0
-        self._counts["zygotes_replaced"] += 1
-        self._perform(self.planner.zygote_started(self._state(), self._offline_default))
-
-    async def _stop_supervision(self) -> None:
-        """Stop the watch and a zygote's replacement; wait for lost workers' ends."""
-        for task in [*self._tasks, *([self._restart] if self._restart else [])]:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.gather(*self._endings)
+        self.counts["zygotes_replaced"] += 1
+        self.events.zygote_started()
 
     # -- messages --------------------------------------------------------------------------
 
     def _on_frames(self, frames: list[bytes]) -> None:
-        if len(frames) != 2:
-            log.warning("dropped a message of %d frames", len(frames))
+        """A message from the workers' socket: the sender's identity, then one encoded
+        message per part, in the order they were sent (a worker may answer several
+        calls in one message)."""
+        if len(frames) < 2:
+            log.warning("dropped a message of %d frame", len(frames))
             return
-        identity, payload = frames
-        name = identity.decode(errors="replace")
-        control = name.endswith(CONTROL_SUFFIX)
-        worker = self._workers.get(name.removesuffix(CONTROL_SUFFIX) if control else name)
-        try:
-            message = decode(payload)
-        except ProtocolError as exc:
-            log.warning("dropped a bad frame from %r: %s", identity, exc)
-            return
+        worker = self._lines.get(frames[0])
         if worker is None:
-            return
+            return  # a worker forgotten meanwhile: what it said no longer matters
         worker.last_seen = time.monotonic()
-        self._dispatch(worker, message)
-
-    def _dispatch(self, worker: Worker, message: Message) -> None:
-        # The worker runs its calls in order, and its messages come in order: the
-        # first flight is the one a Progress, Result or ShellRequest is from.
-        flights = worker.flights
-        flight = flights[0] if flights else None
-        match message:
-            case Ready():
-                self._on_ready(worker, message)
-            case Heartbeat():
-                worker.rss = message.rss
-            case Progress() if flight is not None and flight.call_id == message.call_id:
-                flight.on_progress(message.data)
-            case Preview() if flight is not None and flight.call_id == message.call_id:
-                if flight.on_preview is not None:
-                    flight.on_preview(message.data, message.truncated)
-            case Result() if flight is not None and flight.call_id == message.call_id:
-                self._worker_sandbox_retries += int(message.usage.get("sandbox_retries", 0))
-                flights.popleft()
-                flight.answer(message)
-                if flights:
-                    flights[0].promote()  # it started as this one ended
-            case Withdrawn():
-                taken = next((f for f in flights if f.ticket == message.ticket), None)
-                if taken is not None:
-                    drop_flight(worker, taken)
-                    taken.give_back()
-            case ShellRequest() if flight is not None and flight.call_id == message.call_id:
-                self._in_background(self._answer_shell(worker, flight, message))
-            case _:
-                log.debug("ignored %s from %s", message.type.value, worker.id)
-
-    async def _answer_shell(self, worker: Worker, flight: Flight, request: ShellRequest) -> None:
-        """A call's background shell request, for the session of that call."""
-        reply = await self.shells.answer(request, flight.context, flight.limits)
-        self.processes.send(worker, reply)
+        for part in itertools.islice(frames, 1, None):
+            try:
+                message = decode(part)
+            except ProtocolError as exc:
+                log.warning("dropped a bad frame from %s: %s", worker.id, exc)
+                continue
+            match message:
+                case Heartbeat():
+                    worker.rss = message.rss
+                case Ready():
+                    self._on_ready(worker, message)
+                case _:
+                    self.events.worker_message(worker, message)
+            if worker.state is WorkerState.DEAD:
+                return  # what it said after was said by a worker already given up
 
     async def _watch_heartbeats(self) -> None:
         """Kill workers that stopped heartbeating (hung: a tool holding the GIL in C,
@@ -356,12 +369,12 @@ class Supervisor:
             # reader's queue: no judgment until they are read.
             stalled, tick = time.monotonic() - tick > 2 * interval, time.monotonic()
             quiet = self.processes.zygote_silence()
-            if self._zygote_up and not stalled and quiet is not None and quiet > silence:
+            if self.zygote_up and not stalled and quiet is not None and quiet > silence:
                 log.error("the zygote hung (no heartbeat for %.1f s): killing it", quiet)
                 await self.processes.kill_zygote(f"it hung: no heartbeat for {quiet:.1f} s")
                 continue
             now = time.monotonic()
-            for worker in list(self._workers.values()):
+            for worker in list(self.workers.values()):
                 watched = worker.state in (WorkerState.BUSY, WorkerState.IDLE, WorkerState.RETIRING)
                 if watched and worker.kill_reason is None and now - worker.last_seen > silence:
                     reason = f"it hung (no heartbeat for {now - worker.last_seen:.1f} s)"

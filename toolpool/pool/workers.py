@@ -1,5 +1,5 @@
-"""The pool's records: its settings, a worker and its states, how a worker ended, how a
-call on the pool ended, and what the pool reports about itself.
+"""The pool's records: its settings, a worker and its states, how a worker ended, a
+call on the pool and its states, how it ended, and what the pool reports about itself.
 
 Data only: the decisions over these records are the planner's (``planner.py``), the
 processes and sockets are the pool's (``supervisor.py``, ``processes.py``).
@@ -13,12 +13,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from toolpool.cancel import CancelSource, CancelToken
 from toolpool.errors import ToolpoolError
-from toolpool.protocol import CallContext, CallStatus, Result
+from toolpool.protocol import CallContext, CallStatus
 from toolpool.sandbox.cgroups import WorkerCgroup
 from toolpool.sandbox.limits import Limits, MiB
 from toolpool.sandbox.policy import Policy
@@ -48,13 +49,22 @@ class PoolConfig:
     background_wall_seconds: float = 3600.0  # how long a background shell may run
     max_background_shells_per_client: int = 32  # running at once, all its sessions (L9)
     max_background_shells: int = 256  # running at once in the pool (L9)
-    # A busy worker may hold the next read-only call behind the one it runs, once the
-    # pool is at max_workers: it starts it without waiting for the pool (SPEC H4).
+    # A busy worker may hold read-only calls behind the one it runs, once the pool is
+    # at max_workers: it starts each without waiting for the pool (SPEC H4).
     hold_calls: bool = True
+    # At max_workers, the most calls given to a worker in one frame, and the most held
+    # behind the one it runs (SPEC H4); 1: one call a frame, one held.
+    worker_calls_per_frame: int = 8
+    # Calls given to a worker together travel as one ZeroMQ message of several parts,
+    # one encoded Execute each (docs/protocol.md); off: one message per call, for
+    # workers that read one call per message.
+    multipart_frames: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:
             raise ValueError("need 0 <= min_workers <= max_workers and max_workers >= 1")
+        if self.worker_calls_per_frame < 1:
+            raise ValueError("need worker_calls_per_frame >= 1")
 
 
 class WorkerState(StrEnum):
@@ -84,100 +94,30 @@ class WorkerExit:
         return f"it exited with status {self.exit_code}"
 
 
-@dataclass(slots=True, eq=False)
-class Flight:
-    """A call on a worker. ``wake`` is the one future its waiter sleeps on, woken by
-    whichever comes first: its result, its worker's end, a cancel, its wall time — and,
-    for a held call (sent ahead, behind the worker's running call), its promotion or
-    its withdrawal. ``context`` and ``limits`` are the call's: a background shell it
-    starts gets them. ``ticket`` is the pool's number for the call (``Cancel``)."""
-
-    call_id: str
-    on_progress: Callable[[Any], None]
-    wake: asyncio.Future[None]
-    context: CallContext | None = None
-    limits: Limits | None = None
-    result: Result | None = None
-    ticket: int = 0
-    held: bool = False  # behind the worker's running call, as far as the pool knows
-    withdrawn: bool = False  # the worker gave it back, never started
-    cancel_sent: bool = False  # a Cancel for it went out
-    recalled: bool = False  # asked back (Cancel running=False) for an idle worker
-    holdable: bool = False  # read-only: it may be held, and run again when in doubt
-    on_preview: Callable[[Any, bool], None] | None = None  # the worker's Preview (P7)
-    # A call was held behind it: should the worker die, that one may have crashed it
-    # after this one's Result was sent but before it left the process.
-    behind: bool = False
-
-    def answer(self, result: Result) -> None:
-        """The worker's Result (the first one counts)."""
-        if self.result is None:
-            self.result = result
-            self.fire()
-
-    def answered(self) -> Result | None:
-        return self.result
-
-    def promote(self) -> None:
-        """The call ahead of it ended: the worker runs this one now."""
-        self.held = False
-        self.fire()
-
-    def is_withdrawn(self) -> bool:
-        """A method, not the field: a waiter reads it anew after each wait."""
-        return self.withdrawn
-
-    def give_back(self) -> None:
-        """The worker withdrew it: it never started."""
-        self.withdrawn = True
-        self.fire()
-
-    def fire(self, *_: object) -> None:
-        if not self.wake.done():
-            self.wake.set_result(None)
-
-    def rearm(self) -> None:
-        """A fresh ``wake`` for a second wait (the cancel's grace)."""
-        if self.wake.done():
-            self.wake = self.wake.get_loop().create_future()
-
-
 @dataclass(eq=False)
 class Worker:
+    """A worker process as the pool sees it. ``exit`` is set once it has ended."""
+
     id: str
     offline: bool
     cgroup: WorkerCgroup | None
     ready: asyncio.Future[None]
-    exited: asyncio.Future[WorkerExit]
+    exit: WorkerExit | None = None
     pid: int = 0
     state: WorkerState = WorkerState.STARTING
-    calls: int = 0
+    calls: int = 0  # calls it ran (the planner recycles it after max_calls_per_worker)
     rss: int = 0
     last_seen: float = field(default_factory=time.monotonic)
-    # Its calls, in the order it runs them: the first runs, one more may be held.
-    flights: deque[Flight] = field(default_factory=deque)
+    # The calls given it and not over, in the order it runs them: the first runs (as
+    # far as the pool knows), the others are held behind it (SPEC H4).
+    given: deque[Call] = field(default_factory=deque)
     lines_ready: int = 0  # Ready heard on its call line and its control line
-    # Calls given this worker and not yet over (a flight leaves ``flights`` when its
-    # Result comes, before its waiter is done): it is released when none is left.
-    assigned: int = 0
     kill_reason: str | None = None
     oom_baseline: int = 0
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
-
-
-def drop_flight(worker: Worker, flight: Flight) -> None:
-    """``flight`` is no longer the worker's (withdrawn, or over without a ``Result``,
-    as when the worker died). Had it been the first of a live worker's, the next is
-    the one the worker runs now: it is promoted, as when a ``Result`` comes."""
-    if flight not in worker.flights:
-        return
-    first = worker.flights[0] is flight
-    worker.flights.remove(flight)
-    if first and worker.flights and worker.flights[0].held and not worker.exited.done():
-        worker.flights[0].promote()
 
 
 class OutcomeStatus(StrEnum):
@@ -190,6 +130,7 @@ class OutcomeStatus(StrEnum):
     LOST = "lost"  # the worker died or hung under it
     LIMIT = "limit"  # it ran past its wall time, or the kernel's OOM killer ended it
     UNSTARTED = "unstarted"  # cancelled before a worker took it
+    FAILED = "failed"  # the pool cannot run it (closed, or no worker can start): ``cause``
 
 
 class Escalation(StrEnum):
@@ -213,11 +154,144 @@ class PoolOutcome:
     worker_pid: int | None = None
 
 
+Done = Callable[[PoolOutcome], None]
+Sink = Callable[[Any], None]
+PreviewSink = Callable[[Any, bool], None]
+
+
+class CallState(Enum):
+    QUEUED = "queued"  # waiting for a worker
+    HELD = "held"  # given a worker, behind the call it runs
+    RUNNING = "running"  # the first of its worker's calls: it runs, as far as we know
+    STOPPING = "stopping"  # running, told to stop (a cancel, its wall time): the grace
+    KILLING = "killing"  # it did not stop in time: its worker is being killed
+    ENDED = "ended"  # ``done`` was called
+
+
+class Call:
+    """One call on the pool, from its start to its end. ``frame`` is its ``Execute``,
+    encoded once (a call that runs again elsewhere is sent the same bytes);
+    ``cgroup`` the memory and process limits its worker's cgroup must have;
+    ``holdable``: read-only, so it may be held at a busy worker and run again when a
+    worker's death leaves it in doubt.
+
+    Its life is a small state machine driven by callbacks — its token's cancel, a
+    timer, its worker's messages and its worker's end — with no task or future of its
+    own (``Dispatch``, ``dispatch.py``)::
+
+        QUEUED ─given─▶ HELD ─the call ahead ended─▶ RUNNING ─Result─▶ ENDED
+          │               │                            │
+          │ cancel        │ cancel: Cancel(ticket);    │ cancel, or past its wall
+          ▼               │ Withdrawn, or it began     │ time: Cancel(ticket)
+        ENDED             ▼ and stops                  ▼
+        (unstarted)     ENDED (unstarted)           STOPPING ─Result─▶ ENDED
+                                                       │ cancel_grace
+                                                       ▼
+                                                    KILLING ─killed─▶ ENDED
+
+    A held call given back (``Withdrawn``), or lost with its worker while not known
+    to have run to its end, goes back to QUEUED, to run elsewhere (SPEC H4).
+    """
+
+    __slots__ = (
+        "abandoned",
+        "behind",
+        "call_id",
+        "cancel_sent",
+        "cgroup",
+        "context",
+        "done",
+        "frame",
+        "holdable",
+        "host",
+        "limits",
+        "offline",
+        "on_preview",
+        "on_progress",
+        "past_wall_time",
+        "recalled",
+        "retries",
+        "state",
+        "suspect",
+        "ticket",
+        "timer",
+        "token",
+        "untrack",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        host: CallHost,
+        call_id: str,
+        ticket: int,
+        frame: bytes,
+        context: CallContext,
+        limits: Limits,
+        *,
+        offline: bool,
+        holdable: bool,
+        token: CancelToken,
+        on_progress: Sink,
+        on_preview: PreviewSink | None,
+        done: Done,
+        retries: int,
+    ) -> None:
+        self.host = host
+        self.call_id = call_id
+        self.ticket = ticket
+        self.frame = frame
+        self.context = context
+        self.limits = limits
+        self.cgroup = (limits.memory_bytes, limits.processes)
+        self.offline = offline
+        self.holdable = holdable
+        self.token = token
+        self.on_progress = on_progress
+        self.on_preview = on_preview
+        self.done: Done | None = done
+        self.retries = retries  # runs again elsewhere this often, when in doubt (H4)
+        self.state = CallState.QUEUED
+        self.worker: Worker | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.untrack: Callable[[], None] | None = None
+        self.cancel_sent = False  # a Cancel for it went out
+        self.recalled = False  # asked back (Cancel running=False) for an idle worker
+        self.past_wall_time = False
+        self.abandoned = False  # its caller gave up on it (``WorkerPool.run``'s task)
+        # It runs again after a worker's death that may have been its doing: alone,
+        # so that a crasher takes no other call with it.
+        self.suspect = False
+        # A call was given its worker behind it: should the worker die, that one may
+        # have crashed it after this one's Result was sent but before it left.
+        self.behind = False
+
+    def cancelled(self, _: CancelSource) -> None:
+        """Its token fired (``CancelToken.on_cancel``)."""
+        self.host.cancel(self)
+
+    @property
+    def unwanted(self) -> bool:
+        """Whether a run of it that did not happen must not happen: cancelled, or its
+        caller is gone."""
+        return self.abandoned or self.token.requested
+
+    def __repr__(self) -> str:
+        worker = self.worker.id if self.worker is not None else "-"
+        return f"<Call {self.call_id} #{self.ticket} {self.state.value} on {worker}>"
+
+
+class CallHost(Protocol):
+    """What a ``Call`` reports to: its pool."""
+
+    def cancel(self, call: Call) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PoolStatistics:
     workers: dict[str, int]
     queued: int
-    held: int  # calls sent ahead to a busy worker, behind its running one (SPEC H4)
+    held: int  # calls given a busy worker, behind its running one (SPEC H4)
     started: int
     replaced: int
     calls: int
