@@ -245,14 +245,13 @@ class Sessions:
                         sum(r.is_error for r in event.results),
                         extra={"session": session_id, "turn": turn_id},
                     )
+            elif kind is MessageStart or kind is MessageEnd:
+                pass  # not sent (SPEC L2): the client's EventReader makes them at turn_end
             else:
                 if kind is ToolStart and auditor is not None:
                     auditor.started(turn_id, event, gate=gated)
                 if everything and address in table:
-                    if kind is MessageStart or kind is MessageEnd:
-                        send(address, turn_id, event_to_wire(event))
-                    else:
-                        send(address, turn_id, event.to_dict())
+                    send(address, turn_id, event.to_dict())
 
         return emit
 

@@ -1,0 +1,124 @@
+"""How many frames cross between a client and the daemon per turn (SPEC L2, L5): the
+client library's ``Connection`` wired to the daemon's core in memory, each frame
+counted on its way. Each frame is a wake-up on both sides and most of what a call
+costs the client, so a change that adds one shows here, not in a benchmark."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from toolpool import MessageEnd, MessageStart, ToolCall, ToolEnd, ToolStart, TurnEnd, tool
+from toolpool.client.connection import Connection
+from toolpool.client.operation import Operation
+from toolpool.daemon.core import DaemonCore
+from toolpool.engine import Coordinator
+from toolpool.protocol import TurnEvent, decode
+
+from .support import ticks
+
+T = TypeVar("T")
+ME = (0, b"me")
+
+
+@tool(read_only=True)
+async def noop() -> str:
+    """Nothing, at once."""
+    return "ok"
+
+
+@dataclass
+class Counted:
+    """The in-memory transport between the two, counting as it carries: ZeroMQ
+    messages and their parts from the daemon, frames from the client."""
+
+    connection: Connection
+    core: DaemonCore | None = None
+    down_messages: int = 0  # daemon → client, ZeroMQ messages
+    down_parts: int = 0  # daemon → client, encoded messages within them
+    up: int = 0  # client → daemon
+    kinds: list[str] = field(default_factory=list)
+
+    def send(self, address: tuple[int, bytes], frames: list[bytes]) -> None:
+        self.down_messages += 1
+        self.down_parts += len(frames)
+        for frame in frames:
+            self.kinds.append(_kinds(frame))
+            self.connection.receive(frame)
+
+    async def wait(self, operation: Operation[T]) -> T:
+        assert self.core is not None
+        for _ in range(10_000):  # a hang guard: a turn of no-ops ends in a few ticks
+            for frame in self.connection.take_outgoing():
+                self.up += 1
+                self.core.receive(ME, [frame])
+            if operation.done():
+                return operation.outcome()
+            await ticks(1)
+        raise AssertionError("no answer")
+
+    def reset(self) -> None:
+        self.down_messages = self.down_parts = self.up = 0
+        self.kinds.clear()
+
+
+def _kinds(frame: bytes) -> str:
+    message = decode(frame)
+    if isinstance(message, TurnEvent):
+        return "+".join(e["type"] for e in message.events)
+    return message.type.value
+
+
+@pytest.fixture
+async def link(tmp_path: Path, workspace: Path) -> AsyncIterator[tuple[Counted, str]]:
+    coordinator = Coordinator([noop])
+    connection = Connection("ipc:///in-memory", 5.0)
+    connection.start()
+    counted = Counted(connection)
+    loop = asyncio.get_running_loop()
+    core = counted.core = DaemonCore(
+        coordinator, None, counted, defer=loop.call_soon, spill_dir=tmp_path
+    )
+    await counted.wait(connection.hello("frames", 5.0))
+    session = await counted.wait(connection.open_session(str(workspace), {}, None))
+    yield counted, session
+    core.end_sessions()
+    await ticks(5)
+    coordinator.close()
+
+
+async def _turn(link: Counted, session: str, size: int, tag: str) -> list[Any]:
+    calls = [ToolCall(f"{tag}{i}", "noop", {}) for i in range(size)]
+    log = await link.wait(link.connection.submit(session, calls, None, False))
+    await link.wait(link.connection.turn_end(log, None))
+    return list(log.items)
+
+
+@pytest.mark.spec("L2")
+@pytest.mark.parametrize(
+    ("size", "down", "up"),
+    [
+        pytest.param(1, 3, 1, id="one-call turn"),
+        pytest.param(32, 6, 1, id="32-call turn"),
+    ],
+)
+async def test_L2_a_turn_crosses_in_a_fixed_number_of_frames(
+    link: tuple[Counted, str], size: int, down: int, up: int
+) -> None:
+    # Given a client connected to the daemon, after a first turn (warm)
+    counted, session = link
+    await _turn(counted, session, size, "warm")
+    counted.reset()
+    # When it runs one turn of `size` no-op calls with every event
+    items = await _turn(counted, session, size, "c")
+    # Then the frames each way are these, whatever the turn's size
+    assert (counted.up, counted.down_messages) == (up, down), counted.kinds
+    # and the client still sees every event, the message events made on its side
+    kinds = [type(i) for i in items]
+    assert kinds.count(ToolStart) == kinds.count(ToolEnd) == size
+    assert kinds[-1 - 2 * size :] == [MessageStart, MessageEnd] * size + [TurnEnd]
