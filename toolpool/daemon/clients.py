@@ -63,8 +63,6 @@ class Clients:
         self.table: dict[Address, ClientState] = {}
         self._streams = itertools.count(1)  # chunked messages' stream ids
         self._pending: dict[Address, list[tuple[str, dict[str, Any]]]] = {}
-        # Replies that lead the next flush's events, in one message of several parts.
-        self._leading: dict[Address, list[bytes]] = {}
         self._flush_deferred = False
 
     # -- the table -------------------------------------------------------------------
@@ -84,7 +82,6 @@ class Clients:
         if client is not None:
             client.outbox.close()
             self._pending.pop(address, None)
-            self._leading.pop(address, None)
         return client
 
     # -- what goes out --------------------------------------------------------------------
@@ -92,80 +89,49 @@ class Clients:
     def send(self, address: Address, message: Message) -> None:
         """Send now, after the events still waiting for this client (so an approval
         request never overtakes the tool_start of its call)."""
-        if address in self._pending or address in self._leading:
+        if address in self._pending:
             self._flush_one(address)
         self._out(address, encode(message))
-
-    def send_before_events(self, address: Address, message: Message) -> None:
-        """Send with the events of this turn of the loop, ahead of them, in one
-        message of several parts: a Submit's ``Accepted`` and its turn's first
-        ``tool_start`` reach the client in one wake-up, not two."""
-        if address in self._pending:
-            self._flush_one(address)  # what was queued before it goes first
-        frame = encode(message)
-        leading = self._leading.get(address)
-        if leading is None:
-            self._leading[address] = [frame]
-            self._defer_flush()
-        else:
-            leading.append(frame)
-
-    def _defer_flush(self) -> None:
-        if not self._flush_deferred:
-            self._flush_deferred = True
-            self._defer(self.flush)
 
     def send_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
         """Queue a turn's event for the next ``flush``."""
         pending = self._pending.get(address)
         if pending is None:
             self._pending[address] = [(turn_id, event)]
-            self._defer_flush()
+            if not self._flush_deferred:
+                self._flush_deferred = True
+                self._defer(self.flush)
         else:
             pending.append((turn_id, event))
 
     def flush(self) -> None:
         """Send every client's waiting events: one frame per client and turn."""
         self._flush_deferred = False
-        for address in list(self._leading):
-            if address not in self._pending:
-                self._flush_one(address)
         for address in list(self._pending):
             self._flush_one(address)
 
     def _flush_one(self, address: Address) -> None:
-        leading = self._leading.pop(address, None)
         events = self._pending.pop(address, None)
-        client = self.table.get(address)
-        if client is None:
+        if not events or address not in self.table:
             return  # gone, or let go: nobody reads these
-        frames = leading or []
-        if events:
-            batch: list[dict[str, Any]] = []
-            last = len(events) - 1
-            for i, (turn_id, event) in enumerate(events):
-                batch.append(event)
-                if i == last or events[i + 1][0] != turn_id:
-                    self._event_frames(turn_id, batch, frames)
-                    batch = []
-        if len(frames) == 1 or any(len(f) > CHUNK_BYTES for f in frames):
-            for frame in frames:  # a large one leaves as chunks, nothing in between
-                self._out(address, frame)
-        elif frames:
-            client.outbox.push_together(frames, lambda parts: self._raw(address, *parts))
-            client.hold.set(client.outbox.held)
+        batch: list[dict[str, Any]] = []
+        last = len(events) - 1
+        for i, (turn_id, event) in enumerate(events):
+            batch.append(event)
+            if i == last or events[i + 1][0] != turn_id:
+                self._send_events(address, turn_id, batch)
+                batch = []
 
-    def _event_frames(self, turn_id: str, events: list[dict[str, Any]], out: list[bytes]) -> None:
+    def _send_events(self, address: Address, turn_id: str, events: list[dict[str, Any]]) -> None:
         """One frame, or halves when the batch would pass a chunk (many large results
-        that ended in one turn of the loop); one large event is one frame, which
-        leaves as chunks."""
+        that ended in one turn of the loop); one large event goes as chunks."""
         frame = encode(TurnEvent(turn_id, events))
         if len(frame) <= CHUNK_BYTES or len(events) == 1:
-            out.append(frame)
+            self._out(address, frame)
             return
         half = len(events) // 2
-        self._event_frames(turn_id, events[:half], out)
-        self._event_frames(turn_id, events[half:], out)
+        self._send_events(address, turn_id, events[:half])
+        self._send_events(address, turn_id, events[half:])
 
     def _out(self, address: Address, frame: bytes) -> None:
         """Through the client's outbox, in chunks when large; straight out to an
@@ -186,10 +152,9 @@ class Clients:
             return
         client.hold.set(client.outbox.held)
 
-    def _raw(self, address: Address, *frames: bytes) -> None:
-        """One message of ``frames`` to ``address``, now."""
+    def _raw(self, address: Address, frame: bytes) -> None:
         try:
-            self._transport.send(address, list(frames))
+            self._transport.send(address, [frame])
         except ClientGone as exc:
             log.info("client gone (%s)", exc, extra={"client": address[1].hex()})
             self._on_gone(address)

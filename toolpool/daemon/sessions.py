@@ -190,6 +190,7 @@ class Sessions:
         calls = _calls(message.calls, message.format)
         ids = [c.id for c in calls]
         turn_id = new_turn_id()
+        self.clients.send(client.address, Accepted(message.request_id, turn_id, ids))
         turn = self.coordinator.submit(
             entry.session,
             calls,
@@ -203,10 +204,6 @@ class Sessions:
         )
         entry.turns[turn_id] = turn
         entry.turn_of_call.update(dict.fromkeys(ids, turn_id))
-        # Accepted leaves ahead of the turn's events, with the first of them in one
-        # message: queued now, its flush comes after the turn's begin (a callback the
-        # coordinator queued), which emits the first tool_start.
-        self.clients.send_before_events(client.address, Accepted(message.request_id, turn_id, ids))
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "turn submitted: %d calls",
