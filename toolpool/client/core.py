@@ -11,7 +11,7 @@ from typing import Any
 
 from toolpool.client.errors import DaemonUnavailable, UntrustedEndpoint
 from toolpool.models import Event, ToolCall, ToolResult
-from toolpool.protocol import ApprovalReply, ApprovalRequest, EventReader, EventSelection, Submit
+from toolpool.protocol import ApprovalReply, ApprovalRequest, EventReader
 from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
 from toolpool.tracing import TurnTracer
 
@@ -179,18 +179,6 @@ def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
     return plain(calls), format
 
 
-def submit_message(
-    request_id: str,
-    session_id: str,
-    calls: Any,
-    format: str | None,
-    open: bool = False,
-    events: EventSelection = EventSelection.ALL,
-) -> Submit:
-    payload, format = call_payload(calls, format)
-    return Submit(request_id, session_id, payload, format, open, events)
-
-
 def _is_toolpool_calls(calls: Any) -> bool:
     if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
         return False
@@ -249,5 +237,4 @@ __all__ = [
     "decision",
     "resolve_endpoint",
     "results_as",
-    "submit_message",
 ]
