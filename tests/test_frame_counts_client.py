@@ -115,7 +115,8 @@ async def _turn(link: Counted, session: str, size: int, tag: str) -> list[Any]:
     return list(log.items)
 
 
-# (held, size): ZeroMQ messages down, encoded messages in them, frames up.
+# (held, size): ZeroMQ messages down, encoded messages in them, frames up (the Submit
+# alone: the client acknowledges by bytes read, every 256 KiB, not per frame, L5).
 FRAMES = {
     # all in one message: [Accepted, [tool_start, tool_end, turn_end]]
     (True, 1): (1, 2, 1),
@@ -128,7 +129,7 @@ FRAMES = {
 }
 
 
-@pytest.mark.spec("L2")
+@pytest.mark.spec("L2", "L5")
 @pytest.mark.parametrize("size", [1, 32], ids=["one-call turn", "32-call turn"])
 async def test_L2_a_turn_crosses_in_a_fixed_number_of_frames(
     link: tuple[Counted, str], size: int
