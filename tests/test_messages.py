@@ -79,6 +79,26 @@ async def test_M2_each_result_gets_a_message_pair_and_the_turn_one_end(workspace
     assert turn_end.results == results
 
 
+@pytest.mark.spec("M2", "L2")
+async def test_M2_a_listener_that_makes_the_message_events_itself_is_not_sent_them(
+    workspace: Path,
+) -> None:
+    # Given a turn submitted with message_events=False (the daemon's: L2).
+    coordinator = Coordinator([Minimal()])
+    session = coordinator.open_session(workspace)
+    log = EventLog()
+    calls = [ToolCall("a", "minimal", {"text": "hi"}), ToolCall("b", "nope", {})]
+    turn = coordinator.submit(session, calls, on_event=log, message_events=False)
+    results = await turn
+    # Then every other event comes as before, no message event at all.
+    kinds = [e.type.value for e in log.events]
+    assert kinds.count("tool_start") == 2 and kinds.count("tool_end") == 2
+    assert "message_start" not in kinds and "message_end" not in kinds
+    assert kinds[-1] == "turn_end"
+    turn_end = log.events[-1]
+    assert isinstance(turn_end, TurnEnd) and turn_end.results == results
+
+
 RESULT = ToolResult(
     "c1",
     "read",

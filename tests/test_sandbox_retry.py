@@ -7,6 +7,10 @@ up, saying "loopback: Failed RTM_NEWADDR: No child processes") — the first tim
 only, or every time — and otherwise it is the real bubblewrap. Every start it sees
 for such a command is one line in a log: how many attempts were made. The command
 itself appends to a file of the workspace: how many times it ran.
+
+A ``pasta`` of its own, likewise, fails as pasta did about once in a hundred starts on
+a loaded machine ("Couldn't switch to pasta namespaces") while a test's flag file
+exists — once, or every time — and otherwise is the real pasta.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .daemon_support import Daemon, shared_daemon
 from .shell_support import call, marker, wait_state
 
 REAL_BWRAP = shutil.which("bwrap")
+REAL_PASTA = shutil.which("pasta")
 pytestmark = pytest.mark.skipif(
     REAL_BWRAP is None or not SandboxProfile.probe().active("bwrap"),
     reason="bubblewrap is off here: no sandbox to fail before its command",
@@ -53,6 +58,17 @@ done
 exec {real} "$@"
 """
 
+PASTA_FAILURE = "Couldn't switch to pasta namespaces"
+FAKE_PASTA = """#!/bin/sh
+# pasta, ending before it connected the namespace while a test asks for it.
+if [ -e "{log}/pasta.fail-always" ] || rm "{log}/pasta.fail-once" 2>/dev/null; then
+  echo start >> "{log}/pasta.failed"
+  echo "{failure}" >&2
+  exit 1
+fi
+exec {real} "$@"
+"""
+
 
 @pytest.fixture(scope="module")
 def attempts(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -67,6 +83,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, attempts: Path) -> Iterator
     fake = bin_dir / "bwrap"
     fake.write_text(FAKE_BWRAP.format(log=attempts, failure=FAILURE, real=REAL_BWRAP))
     fake.chmod(0o755)
+    if REAL_PASTA is not None:
+        pasta = bin_dir / "pasta"
+        pasta.write_text(FAKE_PASTA.format(log=attempts, failure=PASTA_FAILURE, real=REAL_PASTA))
+        pasta.chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     with shared_daemon(tmp, env=env) as shared:
         yield shared
@@ -127,3 +147,56 @@ def test_X12_a_sandbox_that_fails_again_is_sandbox_failed_and_its_command_never_
             assert started(attempts, word) == 2
             assert not (workspace / "ran.txt").exists()
             assert retries(client) == before + 1
+
+
+@pytest.mark.spec("X12")
+@pytest.mark.skipif(REAL_PASTA is None, reason="needs pasta (Debian package passt)")
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+def test_X12_pasta_that_ended_before_connecting_the_namespace_is_retried_once(
+    daemon: Daemon, attempts: Path, workspace: Path, background: bool
+) -> None:
+    # Given a network-allowed command whose first pasta ends before it connected.
+    failed = attempts / "pasta.failed"
+    failed.unlink(missing_ok=True)
+    (attempts / "pasta.fail-once").touch()
+    with Client(runtime_dir=daemon.runtime, timeout=60) as client:
+        before = retries(client)
+        with client.session(workspace, allow_network=True) as session:
+            # When it is run.
+            result = call(
+                session, "bash", command="echo ran >> ran.txt", run_in_background=background
+            )
+            assert not result.is_error, result.text
+            if background:
+                wait_state(client, session, str(result.details["shell_id"]), "exited")
+            else:
+                assert result.details["usage"]["sandbox_retries"] == 1
+            # Then pasta failed once, the command ran once, and the retry was counted.
+            assert len(failed.read_text().splitlines()) == 1
+            assert (workspace / "ran.txt").read_text() == "ran\n"
+            assert retries(client) == before + 1
+
+
+@pytest.mark.spec("X12")
+@pytest.mark.skipif(REAL_PASTA is None, reason="needs pasta (Debian package passt)")
+def test_X12_pasta_that_always_ends_early_is_sandbox_failed_and_the_command_never_ran(
+    daemon: Daemon, attempts: Path, workspace: Path
+) -> None:
+    failed = attempts / "pasta.failed"
+    failed.unlink(missing_ok=True)
+    always = attempts / "pasta.fail-always"
+    always.touch()
+    try:
+        with (
+            Client(runtime_dir=daemon.runtime, timeout=60) as client,
+            client.session(workspace, allow_network=True) as session,
+        ):
+            before = retries(client)
+            result = call(session, "bash", command="echo ran >> ran.txt")
+            assert result.is_error and result.error_code is ErrorCode.SANDBOX_FAILED
+            assert PASTA_FAILURE in result.text and "toolpool doctor" in result.text
+            assert len(failed.read_text().splitlines()) == 2  # two attempts, no more
+            assert not (workspace / "ran.txt").exists()
+            assert retries(client) == before + 1
+    finally:
+        always.unlink()

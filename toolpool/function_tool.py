@@ -123,7 +123,13 @@ class FunctionTool:
         self._label = label or self.name
         self._read_only = read_only
         self._concurrency_safe = concurrency_safe
-        self._interrupt_behavior = interrupt_behavior
+        # A fixed behaviour is made an InterruptBehavior here, once (a bad one raises
+        # at the definition, not at the first call).
+        self._interrupt_behavior = (
+            interrupt_behavior
+            if callable(interrupt_behavior)
+            else InterruptBehavior(interrupt_behavior)
+        )
         self._activity = activity
         # validate and preview are capabilities the tool has only when given (T2):
         # an instance attribute, so that a tool without them is seen without them
@@ -161,7 +167,9 @@ class FunctionTool:
 
     def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
         behavior = self._interrupt_behavior
-        return InterruptBehavior(behavior(args) if callable(behavior) else behavior)
+        if callable(behavior):
+            return InterruptBehavior(behavior(args))
+        return behavior
 
     def activity(self, args: Arguments) -> str | None:
         if self._activity is None:

@@ -160,10 +160,12 @@ class Coordinator:
         turn_id: str | None = None,
         open: bool = False,
         hold: Hold | None = None,
+        message_events: bool = True,
     ) -> Turn:
         """Start a turn (it waits for the session's previous turn) and return it;
         ``open`` turns take more calls until closed (``Turn.add``, ``Turn.close``);
-        while ``hold`` is on, the turn starts no new calls."""
+        while ``hold`` is on, the turn starts no new calls; ``message_events=False``
+        leaves out the turn's message events (for a listener that makes them, L2)."""
         emit = on_event or discard
         tracer = turn_tracer() if self.trace else None
         if tracer is not None:
@@ -182,6 +184,7 @@ class Coordinator:
             turn_id=turn_id,
             open=open,
             hold=hold,
+            message_events=message_events,
         )
         if tracer is not None:
             tracer.begin(turn.id, len(turn.calls))

@@ -102,6 +102,9 @@ class Turn:
     every call of an open turn, appended ones too, ``turn_output_chars // max(n, 4)``
     (``budget.turn_share``). Finishing order never changes a cut.
 
+    ``message_events=False``: the turn's ``message_start``/``message_end`` (M1, M2)
+    are neither made nor emitted, for a listener that makes them itself (L2).
+
     While ``hold`` is on (the daemon's client stopped reading, L5) the turn starts no
     new calls; the ones running go on, and stops and cancels still end queued calls.
 
@@ -121,6 +124,7 @@ class Turn:
         turn_id: str | None = None,
         open: bool = False,
         hold: Hold | None = None,
+        message_events: bool = True,
     ) -> None:
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
@@ -136,6 +140,9 @@ class Turn:
         self._pipeline = pipeline
         self._max = max_tool_concurrency
         self._emit = emit if emit is discard else _guarded(emit)
+        # M1, M2: a listener that does not use the message events (the daemon: its
+        # clients make them, L2) is not sent them, and they are not made.
+        self._messages = message_events and emit is not discard
         self._gate = gate
         self._hold = hold
         self._unwatch: Callable[[], None] | None = None
@@ -369,10 +376,11 @@ class Turn:
         if any(r is None for r in self._results):
             return  # queued calls of a held turn wait for the release
         results = tuple(r for r in self._results if r is not None)
-        for result in results:  # M1, M2
-            message = ToolMessage.from_result(result)
-            self._emit(MessageStart(message))
-            self._emit(MessageEnd(message))
+        if self._messages:
+            for result in results:  # M1, M2
+                message = ToolMessage.from_result(result)
+                self._emit(MessageStart(message))
+                self._emit(MessageEnd(message))
         self.state = TurnState.DONE
         self._emit(TurnEnd(results))
         self._finished(results)

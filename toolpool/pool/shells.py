@@ -56,7 +56,7 @@ from toolpool.pool.shell_process import Shell, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
-from toolpool.sandbox.command import START_ATTEMPTS
+from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import CgroupMembers, terminate
 
@@ -162,14 +162,16 @@ class ShellSupervisor:
             if not again or attempt == START_ATTEMPTS:
                 raise ShellRefused(failure, ErrorCode.SANDBOX_FAILED)
             self.sandbox_retries += 1
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
             log.warning("background shell start retried: %s", failure)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _started(self, shell: Shell) -> tuple[str | None, bool]:
         """Once the sandbox has started the shell's command: (None, _). Else it is
         over (failed) and (why, whether another attempt may be made): yes when the
-        sandbox ended without starting the command; not when the network's setup
-        failed or the sandbox hung (each waited its time already)."""
+        sandbox ended without starting the command, or pasta ended before it
+        connected the namespace; not when the network's setup ran out of time or the
+        sandbox hung (each waited its time already)."""
         loop = asyncio.get_running_loop()
 
         def bring_up() -> bool | None:  # a network-allowed one waits for pasta first
@@ -181,7 +183,7 @@ class ShellSupervisor:
             ready = await shell.starting
         except ToolError as exc:  # the sandbox could not be completed: it never ran
             await self._end(shell, ShellState.FAILED, exc.message, grace=0)
-            return exc.message, False
+            return exc.message, isinstance(exc, NetworkNotConnected) and exc.again
         if ready is None:
             why = f"The sandbox did not start the command within {READY_TIMEOUT:g} s."
             await self._end(shell, ShellState.FAILED, why, grace=0)

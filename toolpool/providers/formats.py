@@ -92,6 +92,7 @@ def results_to_provider(
 # The keys of a call in toolpool's own shape (ToolCall.to_dict()); any other key is
 # not understood, and refused rather than dropped (E1).
 TOOLPOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "arguments_error"})
+_PLAIN_CALL_KEYS = frozenset({"id", "name", "arguments"})
 
 
 def calls_from_toolpool(payload: Any) -> list[ToolCall]:
@@ -106,6 +107,12 @@ def calls_from_toolpool(payload: Any) -> list[ToolCall]:
 def _toolpool_call(raw: object, where: str) -> ToolCall:
     if isinstance(raw, ToolCall):
         return raw
+    if type(raw) is dict and raw.keys() == _PLAIN_CALL_KEYS:
+        # The shape every client library sends: checked in one look, not five steps.
+        call_id, name, arguments = raw["id"], raw["name"], raw["arguments"]
+        plain = type(call_id) is str and type(name) is str and type(arguments) is dict
+        if plain and call_id and name:
+            return ToolCall(call_id, name, dict(arguments))
     item = as_object(raw, where)
     unknown = item.keys() - TOOLPOOL_CALL_KEYS
     if unknown:
@@ -208,6 +215,8 @@ def _detected(payload: Any) -> str | None:
 
 def _dumped(payload: Any) -> Any:
     """An SDK object's dump, and a list's SDK objects dumped (once, not at every look)."""
+    if type(payload) is list and all(type(item) is dict for item in payload):
+        return payload  # plain data, as a client sends it: nothing to dump
     payload = dumped(payload)
     if isinstance(payload, list | tuple) and not all(
         isinstance(item, Mapping | ToolCall) for item in payload

@@ -27,7 +27,13 @@ RULE_PRIORITY = 5  # of the prohibit rules; the ip fallback in network.py uses i
 
 # Here, the lowest module that raises it; network.py re-exports it.
 class NetworkSetupError(ToolpoolError):
-    """The outbound-only network namespace of a command could not be set up."""
+    """The outbound-only network namespace of a command could not be set up.
+    ``again``: another attempt may be made at once (pasta ended early; a setup that
+    ran out of time waited its time already)."""
+
+    def __init__(self, message: str, *, again: bool = False) -> None:
+        super().__init__(message)
+        self.again = again
 
 
 _RTM_NEWRULE = 32

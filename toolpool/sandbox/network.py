@@ -241,7 +241,11 @@ class OutboundNetwork:
                 detail = lines[-1] if lines else f"exit status {helper.returncode}"
                 if "tun" in detail:
                     detail += " (pasta needs read-write access to /dev/net/tun)"
-                raise NetworkSetupError(f"pasta failed to connect the namespace: {detail}")
+                # Seen ~1 start in 100 on a loaded machine: "Couldn't switch to pasta
+                # namespaces". The command is still blocked: starting over is safe.
+                raise NetworkSetupError(
+                    f"pasta failed to connect the namespace: {detail}", again=True
+                )
             if time.monotonic() > deadline:
                 raise NetworkSetupError("pasta did not configure the namespace in time")
             time.sleep(pause)

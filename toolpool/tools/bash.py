@@ -30,7 +30,13 @@ from typing import Any
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
-from toolpool.sandbox.command import START_ATTEMPTS, Confinement, confined, count_retry
+from toolpool.sandbox.command import (
+    START_ATTEMPTS,
+    Confinement,
+    NetworkNotConnected,
+    confined,
+    count_retry,
+)
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.terminate import (
     ProcessGroup,
@@ -209,10 +215,16 @@ class Bash:
         """The command, started in its sandbox — once more when the sandbox failed
         before the command the first time (SPEC X12: nothing of it ran). Raises
         ToolError ``sandbox_failed`` when it failed again, or when a network-allowed
-        command's namespace could not be connected (that is not retried: it waited
-        for its setup already)."""
+        command's namespace could not be connected in time (that is not retried: it
+        waited for its setup already; pasta ending early is)."""
         for attempt in range(1, START_ATTEMPTS + 1):
-            process, box = self._spawn(command, ctx, limits)
+            try:
+                process, box = self._spawn(command, ctx, limits)
+            except NetworkNotConnected as exc:
+                if not exc.again or attempt == START_ATTEMPTS:
+                    raise
+                count_retry()
+                continue
             if self._wait_ready(process, box, ctx, deadline) is not False:
                 return process, box  # running, or the deadline came first: _wait sees it
             said = _what_the_sandbox_said(process)
