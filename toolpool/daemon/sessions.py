@@ -26,8 +26,6 @@ from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.engine.turn import Turn, new_turn_id
 from toolpool.models import (
-    MessageEnd,
-    MessageStart,
     ToolCall,
     ToolEnd,
     ToolStart,
@@ -200,6 +198,8 @@ class Sessions:
             turn_id=turn_id,
             open=message.open,
             hold=client.hold,
+            # Not made here (SPEC L2): the client's EventReader makes them at turn_end.
+            message_events=False,
         )
         entry.turns[turn_id] = turn
         entry.turn_of_call.update(dict.fromkeys(ids, turn_id))
@@ -249,8 +249,6 @@ class Sessions:
                         sum(r.is_error for r in event.results),
                         extra={"session": session_id, "turn": turn_id},
                     )
-            elif kind is MessageStart or kind is MessageEnd:
-                pass  # not sent (SPEC L2): the client's EventReader makes them at turn_end
             else:
                 if kind is ToolStart and auditor is not None:
                     auditor.started(turn_id, event, gate=gated)
