@@ -20,6 +20,7 @@ from toolpool import (
     ClientTimeout,
     DaemonUnavailable,
     ErrorCode,
+    MessageEnd,
     MessageStart,
     RequestFailed,
     TextBlock,
@@ -149,12 +150,13 @@ def test_a_turns_frames_fed_in_pieces() -> None:
     results = (result("a"), result("b", "fine"))
     connection.receive(events("t1", ToolEnd("b", "noop", results[1]), TurnEnd(results)))
     assert ended.outcome() == results
-    items = [cursor.next().outcome() for _ in range(2)]
-    assert isinstance(items[-1], TurnEnd)
+    # the message events the daemon did not send are rebuilt, right before turn_end
+    items = [cursor.next().outcome() for _ in range(6)]
+    assert [type(i) for i in items] == [ToolEnd, *[MessageStart, MessageEnd] * 2, TurnEnd]
     assert cursor.finished
     # the turn is over: what still comes for it is not filed
     connection.receive(events("t1", ToolStart("late", "noop", {}, "Noop")))
-    assert len(log.items) == 5
+    assert len(log.items) == 9
 
 
 def test_a_results_only_turn_asks_for_fewer_events_and_holds_only_those() -> None:
@@ -172,9 +174,20 @@ def test_a_results_only_turn_asks_for_fewer_events_and_holds_only_those() -> Non
     connection.receive(events("t1", MessageStart(ToolMessage.from_result(a)), TurnEnd((a,))))
     assert connection.turn_end(log, None).outcome() == (a,)
     assert [type(item) for item in log.items] == [ToolEnd, TurnEnd]
-    # and a turn of every event still holds every event
-    submitted(connection, ["b"])
-    assert connection._selections == {}
+    # and a turn of every event still holds every event, its message events rebuilt
+    submitting, message = submitted(connection, ["b"])
+    assert message.events is EventSelection.ALL
+    connection.receive(encode(Accepted(message.request_id, "t2", ["b"])))
+    b = result("b")
+    connection.receive(events("t2", ToolStart("b", "noop", {}, "Noop"), ToolEnd("b", "noop", b)))
+    connection.receive(events("t2", TurnEnd((b,))))
+    assert [type(item) for item in submitting.outcome().items] == [
+        ToolStart,
+        ToolEnd,
+        MessageStart,
+        MessageEnd,
+        TurnEnd,
+    ]
 
 
 def test_a_reply_for_an_unknown_session_is_the_daemons_refusal() -> None:
@@ -200,7 +213,7 @@ def test_a_reply_nobody_waits_for_is_dropped_and_a_timeout_forgets_its_request()
     connection.receive(encode(Accepted(message.request_id, "t1", ["a"])))
     connection.receive(encode(Reply("r999")))
     assert not submitting.done()
-    assert connection._turns == {} and connection._replies == {}
+    assert connection._turns == {} and connection.replies == {}
 
 
 def test_a_protocol_error_fails_the_connection() -> None:

@@ -115,7 +115,8 @@ async def test_H1_a_results_only_turn_is_sent_its_tool_ends_and_turn_end_only(
     every = await _turn_frames(tmp_path, EventSelection.ALL, 3)
     only = await _turn_frames(tmp_path, EventSelection.RESULTS, 3)
     sent = [t for frame in every for t in frame]
-    assert sent.count("tool_start") == 3 and sent.count("message_start") == 3
+    assert sent.count("tool_start") == 3 and sent.count("tool_end") == 3
+    assert "message_start" not in sent  # made by the client at turn_end (L2)
     kept = [t for frame in only for t in frame]
     assert sorted(kept) == ["tool_end"] * 3 + ["turn_end"]
     assert kept[-1] == "turn_end"

@@ -96,13 +96,15 @@ def test_L2_a_results_only_reader_passes_over_the_other_events() -> None:
 def test_L2_a_reference_to_a_result_that_did_not_arrive_is_refused() -> None:
     reader = EventReader()
     with pytest.raises(ValueError, match="did not arrive"):
-        reader.read({"type": "message_start", "call_id": "nope"})
+        reader.read_all([{"type": "message_start", "call_id": "nope"}])
     with pytest.raises(ValueError, match="did not arrive"):
-        reader.read({"type": "turn_end", "call_ids": ["nope"]})
+        reader.read_all([{"type": "turn_end", "call_ids": ["nope"]}])
+    with pytest.raises(ValueError, match="did not arrive"):
+        reader.read_all([{"type": "turn_end", "call_ids": [["not", "a", "string"]]}])
     end = event_to_wire(ToolEnd("a", "read", _result("a", "x")))
-    reader.read(end)
+    reader.read_all([end])
     with pytest.raises(ValueError, match="second tool_end"):
-        reader.read(end)
+        reader.read_all([end])
 
 
 @pytest.mark.spec("L3")

@@ -2,7 +2,7 @@
 
 Everything here is a frozen dataclass that turns into a plain dict (``to_dict``) and
 back (``from_dict``), so it can cross ZeroMQ as msgpack. This module depends on
-nothing else in toolpool.
+nothing else in toolpool but ``frozen`` (how ``from_dict`` makes its instances).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, TypeAlias
+
+from toolpool.frozen import maker
 
 JSONObject: TypeAlias = dict[str, Any]
 
@@ -46,7 +48,7 @@ def content_block_from_dict(data: Mapping[str, Any]) -> ContentBlock:
     """Rebuild a content block from its dict form; raises ValueError on an unknown type."""
     kind = data.get("type")
     if kind == "text":
-        return TextBlock(str(data["text"]))
+        return _text_block(str(data["text"]))
     if kind == "image":
         return ImageBlock(data=str(data["data"]), media_type=str(data["media_type"]))
     raise ValueError(f"unknown content block type {kind!r}")
@@ -102,6 +104,10 @@ class ErrorCode(StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"  # D3: wall time, CPU, memory, file or output size
     WORKER_LOST = "worker_lost"  # D2: the worker died or hung mid-call
     SANDBOX_FAILED = "sandbox_failed"  # X1: the confinement could not be set up
+
+
+# By value, for reading a result: an enum's call costs more than the rest of the read.
+_ERROR_CODES: dict[str, ErrorCode] = {code.value: code for code in ErrorCode}
 
 
 class Stage(StrEnum):
@@ -162,12 +168,19 @@ class ToolResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
         code = data.get("error_code")
-        return cls(
+        content = data.get("content", ())
+        # Nearly every result is one text block: read without a call per block.
+        first = content[0] if type(content) is list and len(content) == 1 else None
+        if type(first) is dict and first.get("type") == "text":
+            blocks: tuple[ContentBlock, ...] = (_text_block(str(first["text"])),)
+        else:
+            blocks = tuple([content_block_from_dict(b) for b in content])
+        return (_tool_result if cls is ToolResult else cls)(
             str(data["call_id"]),
             str(data["tool_name"]),
-            tuple([content_block_from_dict(b) for b in data.get("content", ())]),
+            blocks,
             bool(data.get("is_error", False)),
-            None if code is None else ErrorCode(code),
+            None if code is None else _ERROR_CODES.get(code) or ErrorCode(code),
             dict(data.get("details") or {}),
         )
 
@@ -188,11 +201,12 @@ class ToolMessage:
     @classmethod
     def from_result(cls, result: ToolResult) -> ToolMessage:
         blocks = result.content
+        make = _tool_message if cls is ToolMessage else cls
         if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
-            return cls(result.call_id, blocks[0].text, result.is_error)
+            return make(result.call_id, blocks[0].text, result.is_error, "tool")
         if not blocks:
-            return cls(result.call_id, "", result.is_error)
-        return cls(result.call_id, blocks, result.is_error)
+            return make(result.call_id, "", result.is_error, "tool")
+        return make(result.call_id, blocks, result.is_error, "tool")
 
     def to_dict(self) -> JSONObject:
         content: Any = (
@@ -290,6 +304,13 @@ class ToolEnd:
             "result": self.result.to_dict(),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolEnd:
+        """The event from its dict form (its ``type`` is not looked at)."""
+        return (_tool_end if cls is ToolEnd else cls)(
+            str(data["call_id"]), str(data["tool_name"]), ToolResult.from_dict(data["result"])
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class MessageStart:
@@ -327,6 +348,15 @@ class TurnEnd:
 Event: TypeAlias = ToolStart | ToolUpdate | ToolEnd | MessageStart | MessageEnd | TurnEnd
 
 
+# The classes read off the wire, made from every field's value (frozen.maker): most of
+# what reading a small event costs is a frozen dataclass's __init__.
+_text_block = maker(TextBlock)
+_tool_result = maker(ToolResult)
+_tool_message = maker(ToolMessage)
+_tool_start = maker(ToolStart)
+_tool_end = maker(ToolEnd)
+
+
 def event_from_dict(data: Mapping[str, Any]) -> Event:
     """Rebuild an event from its dict form; raises ValueError on an unknown type."""
     kind = data.get("type")
@@ -336,8 +366,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     return read(data)
 
 
-def _tool_start(data: Mapping[str, Any]) -> ToolStart:
-    return ToolStart(
+def _read_tool_start(data: Mapping[str, Any]) -> ToolStart:
+    return _tool_start(
         str(data["call_id"]),
         str(data["tool_name"]),
         dict(data["arguments"]),
@@ -352,21 +382,15 @@ def _tool_update(data: Mapping[str, Any]) -> ToolUpdate:
     )
 
 
-def _tool_end(data: Mapping[str, Any]) -> ToolEnd:
-    return ToolEnd(
-        str(data["call_id"]), str(data["tool_name"]), ToolResult.from_dict(data["result"])
-    )
-
-
 def _message(data: Mapping[str, Any]) -> ToolMessage:
     return ToolMessage.from_dict(data["message"])
 
 
 # By the type's string (an enum's lookup by value costs more than the rest of a read).
 _EVENT_READERS: dict[str, Callable[[Mapping[str, Any]], Event]] = {
-    EventType.TOOL_START.value: _tool_start,
+    EventType.TOOL_START.value: _read_tool_start,
     EventType.TOOL_UPDATE.value: _tool_update,
-    EventType.TOOL_END.value: _tool_end,
+    EventType.TOOL_END.value: ToolEnd.from_dict,
     EventType.MESSAGE_START.value: lambda data: MessageStart(_message(data)),
     EventType.MESSAGE_END.value: lambda data: MessageEnd(_message(data)),
     EventType.TURN_END.value: lambda data: TurnEnd(

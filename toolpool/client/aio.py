@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,7 +55,6 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's state from connect on
     _tasks: set[asyncio.Task[None]]  # the approvals' handlers
     _waiters: dict[asyncio.Future[bool], Operation[Any]]  # who waits, for what
-    _unsent: deque[bytes]  # frames the socket did not take yet
     _retry: asyncio.TimerHandle | None  # the next try to send them
     _watched: list[int]  # the descriptors the loop watches
 
@@ -71,7 +69,6 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
         loop = self._loop = asyncio.get_running_loop()
         self._tasks = set()
         self._waiters = {}
-        self._unsent = deque()
         self._retry = None
         self._watched = []
         self._conn.on_outgoing = self._wake_writer
@@ -147,13 +144,13 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
         socket = self._socket
         if socket is None:
             return
-        self._unsent.extend(self._conn.take_outgoing())
-        if not self._unsent:
+        outgoing = self._conn.outgoing  # a frame leaves it once the socket took it
+        if not outgoing:
             return
         try:
-            while self._unsent:
-                socket.send(self._unsent[0], _NOBLOCK)
-                self._unsent.popleft()
+            while outgoing:
+                socket.send(outgoing[0], _NOBLOCK)
+                outgoing.popleft()
         finally:
             if self._loop is not None and socket.getsockopt(zmq.EVENTS) & _POLLIN:  # type: ignore[operator]
                 self._loop.call_soon(self._readable)

@@ -102,10 +102,7 @@ class SessionBase(Generic[C]):
     def __init__(self, client: C, session_id: str) -> None:
         self.client = client
         self.id = session_id
-
-    @property
-    def _conn(self) -> Connection:
-        return self.client._conn
+        self._conn: Connection = client._conn
 
 
 class TurnBase(Generic[SessionT]):
@@ -116,15 +113,12 @@ class TurnBase(Generic[SessionT]):
         self._log = log
         self.id = log.turn_id
         self.call_ids = log.call_ids
+        self._conn: Connection = session._conn
 
     @property
     def events(self) -> list[TurnItem]:
         """What arrived so far (but what ``follow()`` let go of)."""
         return list(self._log.items)
-
-    @property
-    def _conn(self) -> Connection:
-        return self.session._conn
 
     def _cursor(self, follow: bool) -> TurnCursor:
         return self._conn.cursor(self._log, follow)

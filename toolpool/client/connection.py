@@ -22,36 +22,45 @@ import inspect
 import itertools
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from toolpool import protocol as wire
-from toolpool.client.core import (
-    ApprovalRequested,
-    TurnLog,
-    call_payload,
-    custom_calls_of,
-    decision,
-    submit_message,
-)
+from toolpool.client.core import ApprovalRequested, TurnLog, call_payload, custom_calls_of, decision
 from toolpool.client.errors import (
     ClientError,
     ClientProtocolError,
     DaemonUnavailable,
     RequestFailed,
 )
-from toolpool.client.operation import Deferred, Operation, TurnCursor
+from toolpool.client.operation import (
+    Answer,
+    CallEnded,
+    Condition,
+    Deferred,
+    Operation,
+    TurnCursor,
+    TurnEnded,
+)
 from toolpool.models import ToolResult
 from toolpool.session_options import SessionOptionError, SessionOptions
-from toolpool.tracing import TurnTracer, turn_tracer
+from toolpool.tracing import turn_tracer
 
 T = TypeVar("T")
 M = TypeVar("M")
 
 ApprovalHandler = Callable[[ApprovalRequested], Any]
 CLOSE_TIMEOUT = 2.0  # seconds a session's close waits for the daemon
-ACK_BYTES = 256 * 1024  # the client acknowledges what it read this often (SPEC L5)
-_ALL_EVENTS = wire.EventSelection.ALL
+# The client acknowledges what it read once this much is unacknowledged (SPEC L5): a
+# 32nd of the smallest window, so a client that reads never lets the window fill, and
+# a stream of small turns sends an Ack every few thousand frames, not one per frame.
+ACK_BYTES = 256 * 1024
+# By value, from a string or a member (an enum's call costs more than a submit's frame).
+_SELECTIONS = {selection.value: selection for selection in wire.EventSelection}
+# The classes receive() tells apart, looked up once.
+_TURN_EVENT, _ACCEPTED, _CHUNK, _ERROR = wire.TurnEvent, wire.Accepted, wire.Chunk, wire.Error
+_APPROVAL_REQUEST, _PING = wire.ApprovalRequest, wire.Ping
+_NOTHING: tuple[Deferred, ...] = ()
 
 
 class Connection:
@@ -68,16 +77,16 @@ class Connection:
         self.daemon_pid: int | None = None
         self.tool_names: list[str] = []
         self._ids = itertools.count(1)
-        self._outgoing: deque[bytes] = deque()  # appended to from any thread
+        # The frames to send, in order, appended to from any thread; a driver pops
+        # each once its socket took it.
+        self.outgoing: deque[bytes] = deque()
         self._waiting: set[str] = set()  # request ids whose replies are awaited
-        self._replies: dict[str, wire.Message] = {}
-        self._accepted: dict[str, TurnLog] = {}  # a Submit's request id → its turn's log
-        self._selections: dict[str, wire.EventSelection] = {}  # a Submit's, by request id
-        self._tracers: dict[str, TurnTracer] = {}  # a Submit's spans to be, by request id
+        self.replies: dict[str, wire.Message] = {}  # that came, by request id, not taken
+        self._submits: dict[str, TurnLog] = {}  # a Submit's log, by request id, to be
         self._turns: dict[str, TurnLog] = {}  # turns still running, by id
         self._handlers: dict[str, ApprovalHandler | None] = {}  # by session id
-        self._readers: dict[str, wire.EventReader] = {}  # running turns' event readers
         self._chunks = wire.Reassembly()
+        self._chunking = False  # a stream of chunks has begun and not ended
         self._received = 0  # bytes of frames from the daemon, acknowledged in steps
         self._acked = 0
 
@@ -107,16 +116,11 @@ class Connection:
 
     # -- frames out ----------------------------------------------------------------------
 
-    @property
-    def has_outgoing(self) -> bool:
-        """Frames wait to be sent (``take_outgoing``)."""
-        return bool(self._outgoing)
-
     def take_outgoing(self) -> list[bytes]:
-        """The frames to send, in order; the driver sends them all."""
+        """The frames to send, in order, taken off ``outgoing``."""
         frames = []
-        while self._outgoing:
-            frames.append(self._outgoing.popleft())
+        while self.outgoing:
+            frames.append(self.outgoing.popleft())
         return frames
 
     def _send(self, message: wire.Message) -> None:
@@ -127,7 +131,7 @@ class Connection:
                 f"a {message.type.value} of {len(data)} bytes is over the "
                 f"{wire.MAX_FRAME_BYTES}-byte frame limit",
             )
-        self._outgoing.append(data)
+        self.outgoing.append(data)
         self.on_outgoing()
 
     def _request(
@@ -144,37 +148,29 @@ class Connection:
         try:
             self._send(message)
         except RequestFailed:
-            self._waiting.discard(request_id)
+            self.forget(request_id)
             raise
-        wait = timeout or self.timeout
+        return Answer(self, request_id, finish, timeout or self.timeout, late)
 
-        def value() -> T:
-            self._waiting.discard(request_id)
-            reply = self._replies.pop(request_id)
-            if isinstance(reply, wire.Error):
-                raise RequestFailed(reply.code, reply.message)
-            return finish(reply)
+    def take_reply(self, request_id: str) -> wire.Message:
+        """The reply to ``request_id``, which came (``replies``); RequestFailed when it
+        is the daemon's refusal."""
+        self._waiting.discard(request_id)
+        reply = self.replies.pop(request_id)
+        if type(reply) is _ERROR:
+            assert isinstance(reply, wire.Error)
+            raise RequestFailed(reply.code, reply.message)
+        return reply
 
-        def abandon() -> None:
-            self._waiting.discard(request_id)
-            self._replies.pop(request_id, None)
-            self._selections.pop(request_id, None)
-            self._tracers.pop(request_id, None)
-            log = self._accepted.pop(request_id, None)
-            if log is not None:
-                self._turns.pop(log.turn_id, None)
-                self._readers.pop(log.turn_id, None)
-                if log.tracer is not None:
-                    log.tracer.finish()
-
-        return Operation(
-            self,
-            lambda: request_id in self._replies,
-            value,
-            wait,
-            late or (lambda: f"no answer from the daemon within {wait:g} s"),
-            abandon,
-        )
+    def forget(self, request_id: str) -> None:
+        """A request nobody waits for any more: what was kept for it goes."""
+        self._waiting.discard(request_id)
+        self.replies.pop(request_id, None)
+        log = self._submits.pop(request_id, None)
+        if log is not None:
+            self._turns.pop(log.turn_id, None)
+            if log.tracer is not None:
+                log.tracer.finish()
 
     def _next_id(self) -> str:
         return f"r{next(self._ids)}"
@@ -214,7 +210,7 @@ class Connection:
         """Best effort: nothing to do on a connection that is gone."""
         self._handlers.pop(session_id, None)
         if self.failure is not None:
-            return Operation(self, lambda: True, lambda: None)
+            return Condition(self, lambda: True, lambda: None)
         message = wire.CloseSession(self._next_id(), session_id)
         return self._request(message, _nothing, CLOSE_TIMEOUT)
 
@@ -224,24 +220,22 @@ class Connection:
         calls: Any,
         format: str | None,
         open: bool,
-        events: wire.EventSelection | str = _ALL_EVENTS,
+        events: wire.EventSelection | str = wire.EventSelection.ALL,
     ) -> Operation[TurnLog]:
         """A turn's log, which fills as its events arrive (those ``events`` selects)."""
-        selection = events if type(events) is wire.EventSelection else wire.EventSelection(events)
-        message = submit_message(self._next_id(), session_id, calls, format, open, selection)
-        if selection is not _ALL_EVENTS:
-            self._selections[message.request_id] = selection
-        tracer = turn_tracer()  # under the caller's context, now (R3)
-        if tracer is not None:
-            self._tracers[message.request_id] = tracer
+        if self.failure is not None:
+            raise self.failure
+        selection = _SELECTIONS.get(events) or wire.EventSelection(events)
+        payload, format = call_payload(calls, format)
+        message = wire.Submit(self._next_id(), session_id, payload, format, open, selection)
+        # Its log waits for its acceptance: the turn's events may be right behind it.
+        log = TurnLog("", [], wire.EventReader(selection), tracer=turn_tracer())  # now (R3)
+        log.custom_calls = custom_calls_of(payload, format)
+        self._submits[message.request_id] = log
+        return self._request(message, self._accepted)
 
-        def accepted(reply: wire.Message) -> TurnLog:
-            expect(reply, wire.Accepted)
-            log = self._accepted.pop(message.request_id)
-            log.custom_calls = custom_calls_of(message.calls)
-            return log
-
-        return self._request(message, accepted)
+    def _accepted(self, reply: wire.Message) -> TurnLog:
+        return self._submits.pop(expect(reply, wire.Accepted).request_id)
 
     def steer(self, session_id: str, action: wire.SteerAction) -> Operation[None]:
         return self._request(wire.Steer(self._next_id(), session_id, action), _nothing)
@@ -253,7 +247,7 @@ class Connection:
         def appended(reply: wire.Message) -> list[str]:
             ids = list(_data(reply)["call_ids"])
             log.call_ids.extend(ids)
-            log.custom_calls |= custom_calls_of(payload)
+            log.custom_calls |= custom_calls_of(payload, format)
             return ids
 
         return self._request(wire.Append(self._next_id(), log.turn_id, payload, format), appended)
@@ -286,61 +280,63 @@ class Connection:
     # -- waiting on turns ------------------------------------------------------------------
 
     def turn_end(self, log: TurnLog, timeout: float | None) -> Operation[tuple[ToolResult, ...]]:
-        def results() -> tuple[ToolResult, ...]:
-            assert log.results is not None
-            return log.results
-
-        def late() -> str:
-            return f"the turn did not end within {timeout or 0:g} s"
-
-        return Operation(self, lambda: log.results is not None, results, timeout, late)
+        return TurnEnded(self, log, timeout)
 
     def call_end(self, log: TurnLog, call_id: str, timeout: float | None) -> Operation[ToolResult]:
-        def late() -> str:
-            return f"call {call_id} did not end within {timeout or 0:g} s"
-
-        return Operation(
-            self, lambda: call_id in log.ended, lambda: log.ended[call_id], timeout, late
-        )
+        return CallEnded(self, log, call_id, timeout)
 
     def cursor(self, log: TurnLog, follow: bool) -> TurnCursor:
         return TurnCursor(self, log, follow)
 
     # -- frames in -----------------------------------------------------------------------
 
-    def receive(self, frame: bytes) -> list[Deferred]:
-        """File one frame from the daemon. What comes back are approvals whose handler
-        is async: the driver awaits each and gives its value to ``decide``."""
+    def receive(self, frame: bytes) -> Sequence[Deferred]:
+        """File one frame from the daemon: a message, or one part of a message of
+        several parts (the daemon sends some replies and events together), each part
+        read as if it had come alone, in order. What comes back are approvals whose
+        handler is async: the driver awaits each and gives its value to ``decide``."""
         if self.failure is not None:
-            return []  # what arrives after the end changes nothing
+            return _NOTHING  # what arrives after the end changes nothing
         self._received += len(frame)
         if self._received - self._acked >= ACK_BYTES:
             self._acked = self._received
             self._send(wire.Ack(self._received))
         try:
             message = wire.decode(frame)
-            if type(message) is wire.Chunk or self._chunks.pending:
+            if self._chunking or type(message) is _CHUNK:
                 whole = self._joined(message)
                 if whole is None:
-                    return []  # a stream's chunk, not its last
+                    return _NOTHING  # a stream's chunk, not its last
                 message = whole
         except wire.ProtocolError as exc:
             self.fail(ClientProtocolError(str(exc)))
-            return []
-        match message:
-            case wire.TurnEvent():  # first: nearly every frame is one
-                self._events(message)
-            case wire.ApprovalRequest():
-                return self._approval(message)
-            case wire.Ping():
-                pass  # the daemon checks that we are there: a delivered ping says so
-            case wire.Error() if _let_go(message):
-                self.fail(DaemonUnavailable(message.message))
-            case _:
-                request_id = getattr(message, "request_id", None)
-                if request_id in self._waiting:  # else: a reply nobody waits for now
-                    self._reply(request_id, message)
-        return []
+            return _NOTHING
+        kind = type(message)
+        if kind is _TURN_EVENT:  # first: nearly every frame is one
+            assert isinstance(message, wire.TurnEvent)
+            log = self._turns.get(message.turn_id)
+            if log is None:
+                return _NOTHING  # not a turn of this client's, or one it gave up on
+            try:
+                log.read(message.events)
+            except (KeyError, ValueError, TypeError) as exc:
+                self.fail(ClientProtocolError(f"unreadable event from the daemon: {exc}"))
+                return _NOTHING
+            if log.results is not None:
+                del self._turns[message.turn_id]  # ended; its Turn keeps the log
+        elif kind is _APPROVAL_REQUEST:
+            assert isinstance(message, wire.ApprovalRequest)
+            return self._approval(message)
+        elif kind is _PING:
+            pass  # the daemon checks that we are there: a delivered ping says so
+        elif kind is _ERROR and _let_go(message):
+            assert isinstance(message, wire.Error)
+            self.fail(DaemonUnavailable(message.message))
+        else:
+            request_id = getattr(message, "request_id", None)
+            if request_id in self._waiting:  # else: a reply nobody waits for now
+                self._reply(request_id, message)
+        return _NOTHING
 
     def _joined(self, message: wire.Message) -> wire.Message | None:
         """A chunk joins its stream: the whole message once the stream ends, else None.
@@ -348,6 +344,7 @@ class Connection:
         (which cuts it short)."""
         if isinstance(message, wire.Chunk):
             whole = self._chunks.add(message)
+            self._chunking = self._chunks.pending
             if whole is None:
                 return None
             message = wire.decode(whole)
@@ -358,32 +355,17 @@ class Connection:
         return message
 
     def _reply(self, request_id: str, message: wire.Message) -> None:
-        selection = self._selections.pop(request_id, _ALL_EVENTS)
-        if isinstance(message, wire.Accepted):
-            # The turn's events may be right behind its acceptance: its log comes first.
-            log = TurnLog(message.turn_id, list(message.call_ids))
-            log.tracer = self._tracers.pop(request_id, None)
-            if log.tracer is not None:
-                log.tracer.begin(message.turn_id, len(message.call_ids))
-            self._turns[message.turn_id] = log
-            self._readers[message.turn_id] = wire.EventReader(selection)
-            self._accepted[request_id] = log
-        self._replies[request_id] = message
-
-    def _events(self, message: wire.TurnEvent) -> None:
-        log = self._turns.get(message.turn_id)
-        if log is None:
-            return  # not a turn of this client's, or one it gave up on
-        reader = self._readers[message.turn_id]
-        try:
-            events = reader.read_all(message.events)
-        except (KeyError, ValueError, TypeError) as exc:
-            self.fail(ClientProtocolError(f"unreadable event from the daemon: {exc}"))
-            return
-        log.extend(events)
-        if log.results is not None:
-            del self._turns[message.turn_id]  # ended; its Turn keeps the log
-            del self._readers[message.turn_id]
+        log = self._submits.get(request_id)
+        if log is not None:
+            if type(message) is _ACCEPTED:
+                assert isinstance(message, wire.Accepted)
+                log.turn_id, log.call_ids = message.turn_id, message.call_ids
+                self._turns[message.turn_id] = log
+                if log.tracer is not None:
+                    log.tracer.begin(message.turn_id, len(message.call_ids))
+            else:  # refused: no turn
+                del self._submits[request_id]
+        self.replies[request_id] = message
 
     def _approval(self, message: wire.ApprovalRequest) -> list[Deferred]:
         item = ApprovalRequested(message, self._answer)

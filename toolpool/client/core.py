@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.client.errors import DaemonUnavailable, UntrustedEndpoint
-from toolpool.models import Event, ToolCall, ToolEnd, ToolResult, TurnEnd
-from toolpool.protocol import ApprovalReply, ApprovalRequest, EventSelection, Submit
+from toolpool.models import Event, ToolCall, ToolResult
+from toolpool.protocol import ApprovalReply, ApprovalRequest, EventReader
 from toolpool.runtime import RuntimeDirError, read_trusted_endpoint, runtime_dir
 from toolpool.tracing import TurnTracer
 
@@ -107,22 +107,28 @@ TurnItem = Event | ApprovalRequested
 FORGET_BATCH = 256  # followed items are let go of this many at a time
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class TurnLog:
     """Everything that arrived for one turn, in order; ``results`` once it ended.
 
     ``items[0]`` is item number ``first``: a turn that is followed (``follow()``)
     lets go of the items it has passed, so an open turn that lives for hours holds
-    only what has not been read yet."""
+    only what has not been read yet. ``reader`` rebuilds its events from their wire
+    form (those of the turn's selection)."""
 
     turn_id: str
     call_ids: list[str]
+    reader: EventReader = field(default_factory=EventReader)
     items: list[TurnItem] = field(default_factory=list)
     results: tuple[ToolResult, ...] | None = None
-    ended: dict[str, ToolResult] = field(default_factory=dict)  # call id → its result
     custom_calls: frozenset[str] = frozenset()  # Responses custom tool calls, by call id
     first: int = 0
     tracer: TurnTracer | None = None  # its OpenTelemetry spans, when they are recorded
+
+    @property
+    def ended(self) -> dict[str, ToolResult]:
+        """The results of the calls that ended, by call id."""
+        return self.reader.results
 
     @property
     def count(self) -> int:
@@ -139,23 +145,18 @@ class TurnLog:
             del self.items[:drop]
             self.first = index
 
-    def add(self, item: TurnItem) -> None:
+    def add(self, item: ApprovalRequested) -> None:
+        """An approval request joins the turn's items."""
         self.items.append(item)
-        if isinstance(item, ToolEnd):
-            self.ended[item.call_id] = item.result
-        elif isinstance(item, TurnEnd):
-            self.results = item.results
 
-    def extend(self, events: list[Event]) -> None:
-        """``add`` each of ``events``, in order."""
+    def read(self, events: list[dict[str, Any]]) -> None:
+        """The events of one ``TurnEvent``, rebuilt, join the turn's items (ValueError,
+        KeyError or TypeError for one that cannot be rebuilt)."""
+        read = self.reader.read_all(events)
         if self.tracer is not None:
-            self.tracer.on_events(events)
-        self.items.extend(events)
-        for event in events:
-            if isinstance(event, ToolEnd):
-                self.ended[event.call_id] = event.result
-            elif isinstance(event, TurnEnd):
-                self.results = event.results
+            self.tracer.on_events(read)
+        self.items += read
+        self.results = self.reader.turn_results
 
 
 def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
@@ -166,30 +167,19 @@ def call_payload(calls: Any, format: str | None) -> tuple[Any, str | None]:
     objects: they go as their JSON dump (SPEC E1)."""
     if isinstance(calls, ToolCall):
         calls = [calls]
-    if format in (None, "toolpool") and _is_toolpool_calls(calls):
-        return [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls], "toolpool"
+    if format in (None, "toolpool"):
+        if type(calls) is list:  # the common case, ToolCalls, without an ABC's isinstance
+            payload = [c.to_dict() for c in calls if type(c) is ToolCall]
+            if len(payload) == len(calls):
+                return payload, "toolpool"
+        if _is_toolpool_calls(calls):
+            return [c.to_dict() if isinstance(c, ToolCall) else dict(c) for c in calls], "toolpool"
     from toolpool.providers.payload import plain
 
     return plain(calls), format
 
 
-def submit_message(
-    request_id: str,
-    session_id: str,
-    calls: Any,
-    format: str | None,
-    open: bool = False,
-    events: EventSelection = EventSelection.ALL,
-) -> Submit:
-    payload, format = call_payload(calls, format)
-    return Submit(request_id, session_id, payload, format, open, events)
-
-
 def _is_toolpool_calls(calls: Any) -> bool:
-    if type(calls) is list and all(type(c) is ToolCall for c in calls):
-        return True  # the common case, without an ABC's isinstance
-    if isinstance(calls, ToolCall):
-        return False
     if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
         return False
     # A dict with any other key is not toolpool's (an Anthropic ``tool_use`` block, a
@@ -217,8 +207,10 @@ def results_as(
     return results_to_provider(results, format)
 
 
-def custom_calls_of(payload: Any) -> frozenset[str]:
+def custom_calls_of(payload: Any, format: str | None) -> frozenset[str]:
     """The ids of the Responses ``custom_tool_call``s in what a turn was sent."""
+    if format == "toolpool":
+        return frozenset()  # ToolCalls: none is a Responses item
     if type(payload) is not list and not isinstance(payload, Mapping):
         return frozenset()
     from toolpool.providers.openai_responses import custom_call_ids
@@ -245,5 +237,4 @@ __all__ = [
     "decision",
     "resolve_endpoint",
     "results_as",
-    "submit_message",
 ]

@@ -12,11 +12,13 @@ at a time waits: it reads the socket and the connection files what arrives under
 request or turn (a lock keeps two threads from reading at once). What the connection
 queues goes out at once, or, while another thread waits, within ``POLL_SECONDS``.
 
-The wait is a blocking ``recv`` with a receive timeout, one frame at a time: the
-cheapest wait pyzmq has (a poll of the socket and its monitor, then reads until
-EAGAIN, cost twice as much per frame, and each EAGAIN is an exception). The monitor,
-which tells that the daemon hung up, is looked at when a wait times out: a daemon
-that is gone sends nothing, so its end is seen within ``POLL_SECONDS``.
+The wait is a blocking ``recv`` with a receive timeout, one frame (or one part of a
+message of several) at a time: the cheapest wait pyzmq has (a poll of the socket and
+its monitor, then reads until EAGAIN, cost twice as much per frame, and each EAGAIN
+is an exception). The monitor, which tells that the daemon hung up, is looked at
+when a wait times out: a daemon that is gone sends nothing, so its end is seen
+within ``POLL_SECONDS``. The loop is written out in ``_run``, not split in calls:
+a turn is a few of its rounds, and a call per step costs more than the step.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +35,7 @@ import zmq
 from toolpool.client.base import CLOSE_ERRORS, ClientBase, SessionBase, TurnBase
 from toolpool.client.connection import ApprovalHandler
 from toolpool.client.core import TurnItem, results_as
-from toolpool.client.operation import Operation
+from toolpool.client.operation import Deferred, Operation
 from toolpool.models import ToolResult
 from toolpool.protocol import EventSelection, SteerAction
 
@@ -64,7 +65,6 @@ class Client(ClientBase[zmq.Socket[bytes]]):
 
     def connect(self) -> None:
         self._lock = threading.RLock()
-        self._unsent: deque[bytes] = deque()
         self._conn.on_outgoing = self._flush
         self._dial(zmq.Context())
         self._receive_ms = 0  # the socket's receive timeout, as last set
@@ -89,15 +89,14 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         Never blocks: with no connection to the daemon (it refused us, or is gone) a
         DEALER's send would wait forever; what cannot go now waits for the next
         round of the wait loop, whose deadline bounds it."""
-        if not (self._unsent or self._conn.has_outgoing) or self._socket is None:
-            return
-        if not self._lock.acquire(blocking=False):
+        outgoing = self._conn.outgoing
+        if not outgoing or self._socket is None or not self._lock.acquire(blocking=False):
             return
         try:
-            self._unsent.extend(self._conn.take_outgoing())
-            while self._unsent:
-                self._socket.send(self._unsent[0], _NOBLOCK)
-                self._unsent.popleft()
+            send = self._socket.send
+            while outgoing:
+                send(outgoing[0], _NOBLOCK)
+                outgoing.popleft()
         except zmq.Again:
             pass
         finally:
@@ -106,35 +105,45 @@ class Client(ClientBase[zmq.Socket[bytes]]):
     def _run(self, operation: Operation[T]) -> T:
         """Read and file what arrives until ``operation`` is done; its outcome."""
         with self._lock:
-            self._flush()
-            deadline = None if operation.timeout is None else time.monotonic() + operation.timeout
-            while not operation.done():
+            conn = self._conn
+            if conn.outgoing:
+                self._flush()
+            if operation.done():
+                return operation.outcome()
+            socket = self._socket
+            assert socket is not None
+            timeout = operation.timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
                 milliseconds = _POLL_MS
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise operation.expired()
                     milliseconds = min(_POLL_MS, max(1, int(left * 1000)))
-                self._wait(milliseconds)
-                self._flush()
-            return operation.outcome()
+                if milliseconds != self._receive_ms:
+                    socket.setsockopt(zmq.RCVTIMEO, milliseconds)
+                    self._receive_ms = milliseconds
+                try:
+                    frame = socket.recv()
+                except zmq.Again:
+                    self._quiet()
+                else:
+                    deferred = conn.receive(frame)
+                    if deferred:
+                        self._refuse(deferred)
+                if conn.outgoing:
+                    self._flush()
+                if operation.done():
+                    return operation.outcome()
 
-    def _wait(self, milliseconds: int) -> None:
-        """File the next frame, if one comes within ``milliseconds``; if none does,
-        see whether the daemon hung up."""
-        assert self._socket is not None and self._monitor is not None
-        if milliseconds != self._receive_ms:
-            self._socket.setsockopt(zmq.RCVTIMEO, milliseconds)
-            self._receive_ms = milliseconds
-        try:
-            frame = self._socket.recv()
-        except zmq.Again:
-            if self._monitor.poll(0):
-                self._monitor.recv_multipart()
-                self._receive()  # what the daemon sent before it went still counts
-                self._conn.lost()
-            return
-        self._file(frame)
+    def _quiet(self) -> None:
+        """Nothing came within a wait: see whether the daemon hung up."""
+        assert self._monitor is not None
+        if self._monitor.poll(0):
+            self._monitor.recv_multipart()
+            self._receive()  # what the daemon sent before it went still counts
+            self._conn.lost()
 
     def _receive(self) -> None:
         """File every frame that has arrived, without waiting for more."""
@@ -144,11 +153,11 @@ class Client(ClientBase[zmq.Socket[bytes]]):
                 frame = self._socket.recv(_NOBLOCK)
             except zmq.Again:
                 return
-            self._file(frame)
+            self._refuse(self._conn.receive(frame))
 
-    def _file(self, frame: bytes) -> None:
-        for deferred in self._conn.receive(frame):
-            self._conn.refuse(deferred, "a Client's on_approval handler must not be async")
+    def _refuse(self, deferred: Sequence[Deferred]) -> None:
+        for each in deferred:
+            self._conn.refuse(each, "a Client's on_approval handler must not be async")
 
     # -- requests ------------------------------------------------------------------------
 

@@ -39,6 +39,12 @@ class ClientGone(Exception):
     """The transport cannot reach the client any more (its connection is gone)."""
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None:
+        """It will not run (an event loop's timer handle)."""
+        ...
+
+
 class Transport(Protocol):
     def send(self, address: Address, frames: list[bytes]) -> None:
         """Send one message of ``frames`` to ``address``, now; ClientGone if it left."""
@@ -54,16 +60,21 @@ class Clients:
         spill_dir: Path,
         window: int,
         on_gone: Callable[[Address], None],
+        hold: Callable[[Callable[[], None]], Cancellable] | None = None,
     ) -> None:
         self._transport = transport
         self._defer = defer
+        self._hold = hold
         self._spill_dir = spill_dir
         self._window = window
         self._on_gone = on_gone
         self.table: dict[Address, ClientState] = {}
         self._streams = itertools.count(1)  # chunked messages' stream ids
         self._pending: dict[Address, list[tuple[str, dict[str, Any]]]] = {}
-        self._flush_deferred = False
+        # Replies that lead the next flush's events, in one message of several parts.
+        self._leading: dict[Address, list[bytes]] = {}
+        self._flush_deferred = False  # a flush is due at the next turn of the loop
+        self._held: Cancellable | None = None  # a flush due within the hold
 
     # -- the table -------------------------------------------------------------------
 
@@ -82,6 +93,7 @@ class Clients:
         if client is not None:
             client.outbox.close()
             self._pending.pop(address, None)
+            self._leading.pop(address, None)
         return client
 
     # -- what goes out --------------------------------------------------------------------
@@ -89,49 +101,106 @@ class Clients:
     def send(self, address: Address, message: Message) -> None:
         """Send now, after the events still waiting for this client (so an approval
         request never overtakes the tool_start of its call)."""
-        if address in self._pending:
+        if address in self._pending or address in self._leading:
             self._flush_one(address)
         self._out(address, encode(message))
 
+    def send_before_events(self, address: Address, message: Message) -> None:
+        """Send ahead of the events queued after it, with them, in one message of
+        several parts, within the hold: a Submit's ``Accepted`` leaves with its
+        turn's first events (a no-op turn's all), one wake-up of the client."""
+        if address in self._pending:
+            self._flush_one(address)  # what was queued before it goes first
+        frame = encode(message)
+        leading = self._leading.get(address)
+        if leading is None:
+            self._leading[address] = [frame]
+        else:
+            leading.append(frame)
+        if not (self._flush_deferred or self._held):
+            self._hold_flush()
+
     def send_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
-        """Queue a turn's event for the next ``flush``."""
+        """Queue a turn's event for the next ``flush``, at the next turn of the loop
+        (with what is held: a result and the turn's end do not wait)."""
         pending = self._pending.get(address)
         if pending is None:
             self._pending[address] = [(turn_id, event)]
-            if not self._flush_deferred:
-                self._flush_deferred = True
-                self._defer(self.flush)
         else:
             pending.append((turn_id, event))
+        if not self._flush_deferred:
+            self._flush_deferred = True
+            self._defer(self.flush)
+
+    def hold_event(self, address: Address, turn_id: str, event: dict[str, Any]) -> None:
+        """Queue a turn's event that may wait for the next one, within the hold
+        (``tool_start``, ``tool_update``): a call that ends soon sends its start
+        with its end, one frame where there were two."""
+        pending = self._pending.get(address)
+        if pending is None:
+            self._pending[address] = [(turn_id, event)]
+        else:
+            pending.append((turn_id, event))
+        if not (self._flush_deferred or self._held):
+            self._hold_flush()
+
+    def _hold_flush(self) -> None:
+        if self._hold is None:  # no hold: at the next turn of the loop, as the rest
+            self._flush_deferred = True
+            self._defer(self.flush)
+        else:
+            self._held = self._hold(self._held_over)
+
+    def _held_over(self) -> None:
+        self._held = None
+        self.flush()
 
     def flush(self) -> None:
         """Send every client's waiting events: one frame per client and turn."""
         self._flush_deferred = False
+        if self._held is not None:
+            # What was held leaves now: its timer goes, so the loop is not woken for it.
+            self._held.cancel()
+            self._held = None
+        for address in list(self._leading):
+            if address not in self._pending:
+                self._flush_one(address)
         for address in list(self._pending):
             self._flush_one(address)
 
     def _flush_one(self, address: Address) -> None:
+        leading = self._leading.pop(address, None)
         events = self._pending.pop(address, None)
-        if not events or address not in self.table:
+        client = self.table.get(address)
+        if client is None:
             return  # gone, or let go: nobody reads these
-        batch: list[dict[str, Any]] = []
-        last = len(events) - 1
-        for i, (turn_id, event) in enumerate(events):
-            batch.append(event)
-            if i == last or events[i + 1][0] != turn_id:
-                self._send_events(address, turn_id, batch)
-                batch = []
+        frames = leading or []
+        if events:
+            batch: list[dict[str, Any]] = []
+            last = len(events) - 1
+            for i, (turn_id, event) in enumerate(events):
+                batch.append(event)
+                if i == last or events[i + 1][0] != turn_id:
+                    self._event_frames(turn_id, batch, frames)
+                    batch = []
+        if len(frames) == 1 or any(len(f) > CHUNK_BYTES for f in frames):
+            for frame in frames:  # a large one leaves as chunks, nothing in between
+                self._out(address, frame)
+        elif frames:
+            client.outbox.push_together(frames, lambda parts: self._raw(address, *parts))
+            client.hold.set(client.outbox.held)
 
-    def _send_events(self, address: Address, turn_id: str, events: list[dict[str, Any]]) -> None:
+    def _event_frames(self, turn_id: str, events: list[dict[str, Any]], out: list[bytes]) -> None:
         """One frame, or halves when the batch would pass a chunk (many large results
-        that ended in one turn of the loop); one large event goes as chunks."""
+        that ended in one turn of the loop); one large event is one frame, which
+        leaves as chunks."""
         frame = encode(TurnEvent(turn_id, events))
         if len(frame) <= CHUNK_BYTES or len(events) == 1:
-            self._out(address, frame)
+            out.append(frame)
             return
         half = len(events) // 2
-        self._send_events(address, turn_id, events[:half])
-        self._send_events(address, turn_id, events[half:])
+        self._event_frames(turn_id, events[:half], out)
+        self._event_frames(turn_id, events[half:], out)
 
     def _out(self, address: Address, frame: bytes) -> None:
         """Through the client's outbox, in chunks when large; straight out to an
@@ -152,9 +221,10 @@ class Clients:
             return
         client.hold.set(client.outbox.held)
 
-    def _raw(self, address: Address, frame: bytes) -> None:
+    def _raw(self, address: Address, *frames: bytes) -> None:
+        """One message of ``frames`` to ``address``, now."""
         try:
-            self._transport.send(address, [frame])
+            self._transport.send(address, list(frames))
         except ClientGone as exc:
             log.info("client gone (%s)", exc, extra={"client": address[1].hex()})
             self._on_gone(address)

@@ -9,7 +9,11 @@ client that left. Bad input — garbage frames, unknown types, unknown sessions 
 an ``Error``, and the core goes on.
 
 ``defer`` runs a callback once the callbacks already waiting have run (the event
-loop's ``call_soon``): a turn's events that happen together leave together.
+loop's ``call_soon``): a turn's events that happen together leave together. ``hold``
+runs one a little later (the server's: ``EVENT_HOLD_SECONDS``): a turn's ``Accepted``,
+``tool_start`` and ``tool_update`` wait that long for what follows them, so that a call
+that ends soon reaches its client in one frame; a result or a turn's end never waits.
+Without ``hold`` they leave as the rest do.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.daemon.audit import AuditLog, Auditor
-from toolpool.daemon.clients import Clients, Transport
+from toolpool.daemon.clients import Cancellable, Clients, Transport
 from toolpool.daemon.records import Address, BadRequest
 from toolpool.daemon.sessions import Sessions
 from toolpool.daemon.status import daemon_status, tool_definitions
@@ -64,6 +68,7 @@ class DaemonCore:
         transport: Transport,
         *,
         defer: Callable[[Callable[[], None]], object],
+        hold: Callable[[Callable[[], None]], Cancellable] | None = None,
         spill_dir: Path,
         approval_timeout: float = 120.0,
         client_buffer_bytes: int = 64 * 1024 * 1024,
@@ -77,6 +82,7 @@ class DaemonCore:
         self.clients = Clients(
             transport,
             defer=defer,
+            hold=hold,
             spill_dir=spill_dir,
             window=client_buffer_bytes,
             on_gone=self.forget_client,

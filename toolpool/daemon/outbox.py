@@ -77,6 +77,22 @@ class Outbox:
         if self._since is None:
             self._since = time.monotonic()
 
+    def push_together(self, frames: list[bytes], send: Callable[[list[bytes]], None]) -> None:
+        """``frames`` out as one message of several parts through ``send`` when the
+        window has room for them all and nothing waits (one wake-up of the client for
+        all of them), else each ``push``ed on its own, in order."""
+        if not self._closed and not self._lengths:
+            size = sum(map(len, frames))
+            in_flight = self.sent - self.acked
+            if in_flight + size <= self.window:
+                self.sent += size
+                if in_flight + size > self.peak:
+                    self.peak = in_flight + size
+                send(frames)
+                return
+        for frame in frames:
+            self.push(frame)
+
     def ack(self, received: int) -> None:
         """The client has read ``received`` bytes in all (more than was sent counts as
         all of it); send what now fits."""

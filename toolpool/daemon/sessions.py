@@ -26,8 +26,6 @@ from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.engine.turn import Turn, new_turn_id
 from toolpool.models import (
-    MessageEnd,
-    MessageStart,
     ToolCall,
     ToolEnd,
     ToolStart,
@@ -190,7 +188,6 @@ class Sessions:
         calls = _calls(message.calls, message.format)
         ids = [c.id for c in calls]
         turn_id = new_turn_id()
-        self.clients.send(client.address, Accepted(message.request_id, turn_id, ids))
         turn = self.coordinator.submit(
             entry.session,
             calls,
@@ -201,9 +198,15 @@ class Sessions:
             turn_id=turn_id,
             open=message.open,
             hold=client.hold,
+            # Not made here (SPEC L2): the client's EventReader makes them at turn_end.
+            message_events=False,
         )
         entry.turns[turn_id] = turn
         entry.turn_of_call.update(dict.fromkeys(ids, turn_id))
+        # Accepted leaves ahead of the turn's events, with the first of them in one
+        # message: queued now, its flush comes after the turn's begin (a callback the
+        # coordinator queued), which emits the first tool_start.
+        self.clients.send_before_events(client.address, Accepted(message.request_id, turn_id, ids))
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "turn submitted: %d calls",
@@ -215,6 +218,7 @@ class Sessions:
         """The turn's event sink: each event to the client (those it asked for), to
         the audit log, and the turn's bookkeeping at its end."""
         send = self.clients.send_event
+        hold = self.clients.hold_event
         table = self.clients.table
         auditor = self.auditor
         gated = entry.gate is not None
@@ -249,10 +253,7 @@ class Sessions:
                 if kind is ToolStart and auditor is not None:
                     auditor.started(turn_id, event, gate=gated)
                 if everything and address in table:
-                    if kind is MessageStart or kind is MessageEnd:
-                        send(address, turn_id, event_to_wire(event))
-                    else:
-                        send(address, turn_id, event.to_dict())
+                    hold(address, turn_id, event.to_dict())  # it may wait for what follows
 
         return emit
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from toolpool.frozen import maker
 from toolpool.protocol.kinds import ProtocolError
 
 # A check of one field: isinstance against a tuple of types (the common case, done
@@ -75,10 +76,16 @@ class Struct:
         positional = all(f.init and not f.kw_only for f in dataclasses.fields(cls))
         self._count = len(self.names) if positional else -1  # -1: never the fast way
         self._values = _getter(self.names)
+        self._make = maker(cls)  # every field's value, in order: without __init__
+        # build(body, where): an instance of the class from ``body`` (its fields by
+        # name); ``where`` names it in errors (about a field: ``where.field``; about
+        # the whole: the message).
+        self.build: Callable[[dict[str, Any], str], Any] = (
+            _compiled(self) if positional else self._checked
+        )
 
-    def build(self, body: dict[str, Any], where: str) -> Any:
-        """An instance of the class from ``body`` (its fields by name); ``where`` names
-        it in errors (about a field: ``where.field``; about the whole: the message)."""
+    def _checked(self, body: dict[str, Any], where: str) -> Any:
+        """``build`` the way that names what is wrong; any fault a ProtocolError."""
         try:
             return self._build(body)
         except _Wrong as wrong:
@@ -108,7 +115,7 @@ class Struct:
                     if new is not value:
                         converted = list(values) if converted is None else converted
                         converted[i] = new
-                return self.cls(*(values if converted is None else converted))
+                return self._make(*(values if converted is None else converted))
             except (_Wrong, TypeError):
                 pass
         return self._build_by_name(body)
@@ -147,6 +154,62 @@ class Struct:
             if body[name] == default:
                 del body[name]
         return body
+
+
+def _compiled(reader: Struct) -> Callable[[dict[str, Any], str], Any]:
+    """``reader.build`` written out for its class, as dataclasses writes ``__init__``:
+    the common case (every field there, nothing else, each value fits) is one call,
+    its fields read, checked and stored inline; anything else goes to the way by name
+    (``_checked``), which is the authority on what a frame means and says what is
+    wrong with it. A frame is read the same either way (tests/test_protocol.py)."""
+    defaults = dict(reader._omitted)
+    scope: dict[str, Any] = {
+        "slow": reader._checked,
+        "make": reader._make,
+        "Wrong": _Wrong,
+        "MISSING": dataclasses.MISSING,
+    }
+    fetch, test, convert = [], [], []
+    for i, name in enumerate(reader.names):
+        if name in defaults:  # left out of the frame at its default
+            scope[f"d{i}"] = defaults[name]
+            fetch += [
+                f"        v{i} = body.get({name!r}, MISSING)",
+                f"        if v{i} is MISSING:",
+                f"            v{i} = d{i}",
+                "            size -= 1",
+            ]
+        else:
+            fetch.append(f"        v{i} = body[{name!r}]")
+        check = reader._checks.get(name)
+        if type(check) is tuple:
+            scope[f"k{i}"] = check
+            test.append(f" or not isinstance(v{i}, k{i})")
+        elif check is not None:
+            scope[f"c{i}"] = check
+            convert.append(f"        v{i} = c{i}(v{i})")
+    values = ", ".join(f"v{i}" for i in range(len(reader.names)))
+    source = "\n".join(
+        [
+            "def build(body, where):",
+            f"    size = {len(reader.names)}",
+            "    try:",
+            *(fetch or ["        pass"]),
+            "    except KeyError:",
+            "        return slow(body, where)",
+            f"    if len(body) != size{''.join(test)}:",
+            "        return slow(body, where)",
+            "    try:",
+            *convert,
+            f"        return make({values})",
+            "    except (Wrong, TypeError):",
+            "        return slow(body, where)",
+        ]
+    )
+    exec(source, scope)
+    build: Callable[[dict[str, Any], str], Any] = scope["build"]
+    build.__qualname__ = build.__name__ = f"build_{reader.cls.__name__}"
+    return build
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:

@@ -7,7 +7,9 @@ from enum import StrEnum
 
 from toolpool.errors import ToolpoolError
 
-PROTOCOL_VERSION = 2
+# 3: the daemon sends no message_start/message_end (the client makes them, SPEC L2),
+# and a message to a client may have several parts (docs/protocol.md).
+PROTOCOL_VERSION = 3
 # The largest frame a peer may send: small enough that a bad peer cannot make us
 # allocate without bound. Daemon → client messages larger than CHUNK_BYTES travel as
 # ``Chunk`` frames (SPEC L3), up to MAX_MESSAGE_BYTES reassembled.
