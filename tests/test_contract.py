@@ -449,3 +449,22 @@ def test_T5_a_missing_module_is_a_clear_error(tmp_path: Path) -> None:
         tools_in_module(str(tmp_path / "absent.py"))
     with pytest.raises(ToolDefinitionError, match="cannot import tool module"):
         tools_in_module("toolpool_no_such_module")
+
+
+@pytest.mark.spec("T2")
+def test_T2_a_fixed_interrupt_behavior_that_is_none_is_refused_at_the_definition() -> None:
+    # A fixed behaviour is made the enum once, at the definition: a typo is said there
+    # (not taken silently as "block" at every call), with the choices.
+    with pytest.raises(ToolDefinitionError, match=r"interrupt_behavior = 'cancle'.*'cancel'"):
+
+        @tool(interrupt_behavior="cancle")
+        def typo() -> str:
+            """A tool."""
+            return "x"
+
+    @tool(interrupt_behavior="cancel")
+    def given_as_text() -> str:
+        """A tool."""
+        return "x"
+
+    assert given_as_text.interrupt_behavior({}) is InterruptBehavior.CANCEL

@@ -126,9 +126,7 @@ class FunctionTool:
         # A fixed behaviour is made an InterruptBehavior here, once (a bad one raises
         # at the definition, not at the first call).
         self._interrupt_behavior = (
-            interrupt_behavior
-            if callable(interrupt_behavior)
-            else InterruptBehavior(interrupt_behavior)
+            interrupt_behavior if callable(interrupt_behavior) else _behavior(interrupt_behavior)
         )
         self._activity = activity
         # validate and preview are capabilities the tool has only when given (T2):
@@ -194,6 +192,17 @@ class FunctionTool:
         kwargs = {field: getattr(values, field) for field in type(values).model_fields}
         kwargs.update(dict.fromkeys(self._context_params, ctx))
         return kwargs
+
+
+def _behavior(value: str) -> InterruptBehavior:
+    """A fixed interrupt behaviour as the enum, or ToolDefinitionError naming the choices."""
+    try:
+        return InterruptBehavior(value)
+    except ValueError:
+        choices = ", ".join(repr(b.value) for b in InterruptBehavior)
+        raise ToolDefinitionError(
+            f"interrupt_behavior = {value!r}: expected one of {choices}, or a function"
+        ) from None
 
 
 def _plain(output: Any) -> Any:
