@@ -35,7 +35,6 @@ import select
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,12 +64,10 @@ _retries_lock = threading.Lock()
 
 
 def count_retry() -> None:
-    """A confined command's start is being retried (its sandbox failed before it):
-    counted, then ``RETRY_PAUSE_SECONDS`` waited."""
+    """A confined command's start is being retried (its sandbox failed before it)."""
     global _retries
     with _retries_lock:
         _retries += 1
-    time.sleep(RETRY_PAUSE_SECONDS)
 
 
 def sandbox_retries() -> int:

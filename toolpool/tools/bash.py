@@ -31,6 +31,7 @@ from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
 from toolpool.sandbox.command import (
+    RETRY_PAUSE_SECONDS,
     START_ATTEMPTS,
     Confinement,
     NetworkNotConnected,
@@ -218,12 +219,14 @@ class Bash:
         command's namespace could not be connected in time (that is not retried: it
         waited for its setup already; pasta ending early is)."""
         for attempt in range(1, START_ATTEMPTS + 1):
+            if attempt > 1:
+                count_retry()
+                time.sleep(RETRY_PAUSE_SECONDS)
             try:
                 process, box = self._spawn(command, ctx, limits)
             except NetworkNotConnected as exc:
                 if not exc.again or attempt == START_ATTEMPTS:
                     raise
-                count_retry()
                 continue
             if self._wait_ready(process, box, ctx, deadline) is not False:
                 return process, box  # running, or the deadline came first: _wait sees it
@@ -231,7 +234,6 @@ class Bash:
             failure = box.failure(process.returncode, said)
             assert failure is not None  # no ready byte: the sandbox's own failure
             if attempt < START_ATTEMPTS:
-                count_retry()
                 continue
             raise ToolError(failure, code="sandbox_failed", details={"output": said[:4096]})
         raise AssertionError("unreachable: the last attempt returns or raises")
