@@ -1,5 +1,6 @@
-"""SPEC X12: a sandbox that fails before its command starts is started once more, and
-counted; one that fails again is ``sandbox_failed``, and its command never ran.
+"""SPEC X12: a sandbox that fails before its command starts is started again (up to
+three attempts), and counted; one that fails every time is ``sandbox_failed``, and its
+command never ran.
 
 The daemon runs with a ``bwrap`` of its own first on PATH: for a command that carries
 a test's word it fails as bubblewrap did under load (it exits before the sandbox is
@@ -24,6 +25,7 @@ import pytest
 
 from toolpool import Client
 from toolpool.models import ErrorCode
+from toolpool.sandbox.command import START_ATTEMPTS
 from toolpool.sandbox.profile import SandboxProfile
 
 from .daemon_support import Daemon, shared_daemon
@@ -131,7 +133,7 @@ def test_X12_a_sandbox_that_failed_before_its_command_is_retried_once_and_counte
 
 @pytest.mark.spec("X12")
 @pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
-def test_X12_a_sandbox_that_fails_again_is_sandbox_failed_and_its_command_never_ran(
+def test_X12_a_sandbox_that_fails_every_time_is_sandbox_failed_and_its_command_never_ran(
     daemon: Daemon, attempts: Path, workspace: Path, background: bool
 ) -> None:
     word = f"FAIL-ALWAYS-{marker()}"
@@ -140,13 +142,13 @@ def test_X12_a_sandbox_that_fails_again_is_sandbox_failed_and_its_command_never_
         before = retries(client)
         with client.session(workspace) as session:
             result = call(session, "bash", command=command, run_in_background=background)
-            # Two attempts, then the failure as it was before retries: named, with the fix.
+            # Three attempts, then the failure as it was before retries: named, with the fix.
             assert result.is_error and result.error_code is ErrorCode.SANDBOX_FAILED
             assert f"bubblewrap failed ({FAILURE})" in result.text
             assert "toolpool doctor" in result.text
-            assert started(attempts, word) == 2
+            assert started(attempts, word) == START_ATTEMPTS == 3
             assert not (workspace / "ran.txt").exists()
-            assert retries(client) == before + 1
+            assert retries(client) == before + 2
 
 
 @pytest.mark.spec("X12")
@@ -195,8 +197,8 @@ def test_X12_pasta_that_always_ends_early_is_sandbox_failed_and_the_command_neve
             result = call(session, "bash", command="echo ran >> ran.txt")
             assert result.is_error and result.error_code is ErrorCode.SANDBOX_FAILED
             assert PASTA_FAILURE in result.text and "toolpool doctor" in result.text
-            assert len(failed.read_text().splitlines()) == 2  # two attempts, no more
+            assert len(failed.read_text().splitlines()) == 3  # three attempts, no more
             assert not (workspace / "ran.txt").exists()
-            assert retries(client) == before + 1
+            assert retries(client) == before + 2
     finally:
         always.unlink()

@@ -14,8 +14,8 @@ byte range not read before, which the worker reads from the file itself.
 
 How many run at once is capped per session, per client and in the daemon
 (``shell_bounds.ShellCaps``; the daemon tells the supervisor whose a session is,
-``client_of``). A sandbox that fails before its command starts is tried once more
-(SPEC X12), as a foreground command's is.
+``client_of``). A sandbox that fails before its command starts is tried again, up to
+``START_ATTEMPTS`` (SPEC X12), as a foreground command's is.
 
 What ends a shell, always its whole process tree (``terminate``; the cgroup, or
 without one the process group and every process whose environment carries the
@@ -139,7 +139,7 @@ class ShellSupervisor:
     async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
         """Start ``command`` for the call's session; its record (running). Refused
         (``limit_exceeded``) past a cap; a sandbox that fails before the command is
-        tried once more, then refused (``sandbox_failed``)."""
+        tried again, up to ``START_ATTEMPTS``, then refused (``sandbox_failed``)."""
         if not self._open:
             raise ShellRefused("Background shells cannot start: the daemon is stopping.")
         if context.scratch_dir is None:

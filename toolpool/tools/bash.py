@@ -6,7 +6,7 @@ seccomp). Output streams as progress while it runs; the model gets at most
 ``MAX_OUTPUT_CHARS`` (head and tail, with a marker) and the whole output stays in a
 spill file in the session's scratch directory, up to the call's ``spill_bytes``
 limit (then a truncation note; SPEC X8; the output's side: command_output.py). A
-sandbox that fails before its command starts (no ready byte) is tried once more
+sandbox that fails before its command starts (no ready byte) is tried again
 (SPEC X12). On timeout or cancel the whole process tree is ended — SIGTERM, a grace
 period, SIGKILL — children that called setsid or nohup included. A background
 process that keeps the output pipe open does not hold the call: once the shell
@@ -213,9 +213,9 @@ class Bash:
     def _start(
         self, command: str, ctx: ToolContext, limits: Limits, deadline: float
     ) -> tuple[subprocess.Popen[bytes], Confinement]:
-        """The command, started in its sandbox — once more when the sandbox failed
-        before the command the first time (SPEC X12: nothing of it ran). Raises
-        ToolError ``sandbox_failed`` when it failed again, or when a network-allowed
+        """The command, started in its sandbox — again, up to ``START_ATTEMPTS``, when
+        the sandbox failed before the command (SPEC X12: nothing of it ran). Raises
+        ToolError ``sandbox_failed`` when the last attempt failed too, or when a network-allowed
         command's namespace could not be connected in time (that is not retried: it
         waited for its setup already; pasta ending early is)."""
         for attempt in range(1, START_ATTEMPTS + 1):
