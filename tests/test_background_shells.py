@@ -113,6 +113,17 @@ def test_F6_a_filter_keeps_the_lines_it_matches_and_passes_over_the_rest(
         assert output_part(nothing) == "(no new output matching the filter)"
 
 
+@pytest.mark.spec("F6", "V10")
+def test_F6_V10_a_shell_starts_where_the_sessions_last_command_ended(
+    client: Client, workspace: Path
+) -> None:
+    with client.session(workspace) as session:
+        assert "Exit code: 0" in call(session, "bash", command="mkdir -p sub && cd sub").text
+        shell_id, _ = start(session, "echo at:$(pwd)")
+        read, _ = read_until(session, shell_id, "at:")
+        assert f"at:{workspace / 'sub'}" in read
+
+
 @pytest.mark.spec("F6")
 def test_F6_unknown_ids_other_sessions_shells_and_bad_filters_are_refused(
     client: Client, workspace: Path

@@ -38,6 +38,13 @@ class OnError(StrEnum):
     CANCEL_SIBLINGS = "cancel_siblings"  # the rest of the turn stops as on an interrupt
 
 
+class Shell(StrEnum):
+    """What a session's ``bash`` keeps from one command to the next (SPEC V10, V11)."""
+
+    FRESH = "fresh"  # a new shell each command; only the working directory carries over
+    PERSISTENT = "persistent"  # its variables, functions, options and aliases too
+
+
 class SessionOptionError(ValueError):
     """A session option that is unknown, or whose value its parser refuses."""
 
@@ -98,6 +105,7 @@ def _choice(kind: type[StrEnum]) -> Parser:
 
 _gate_mode = _choice(GateMode)
 _on_error = _choice(OnError)
+_shell = _choice(Shell)
 
 
 def _profile(value: Any) -> str:
@@ -190,6 +198,7 @@ class SessionOptions:
         OnError.CONTINUE, _on_error, "what a failed call does to its siblings (S7)"
     )
     tool_profile: str = option(DEFAULT_PROFILE, _profile, "whose tool names (F12)")
+    shell: Shell = option(Shell.FRESH, _shell, "what bash keeps between commands (V11)")
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SessionOptions:

@@ -97,6 +97,7 @@ class ToolContext:
     files: FileReadRegister
     extra_roots: tuple[Path, ...] = ()
     allow_network: bool = False
+    persistent_shell: bool = False  # the session's shell = "persistent" (SPEC V11)
     scratch_dir: Path | None = None
     cancel_token: CancelToken = field(default_factory=CancelToken)
     progress: Callable[[Any], None] = _no_progress

@@ -113,7 +113,7 @@ class Coordinator:
         """Open a session on ``workspace`` with ``options``, or with the options
         ``given`` as keywords (``toolpool.session_options``: extra_roots,
         allow_network, max_tool_errors, limits, max_tool_concurrency,
-        turn_output_chars, on_error, tool_profile), checked here: a bad one is a
+        turn_output_chars, on_error, tool_profile, shell), checked here: a bad one is a
         SessionOptionError (a ValueError) naming it. Unset ones take the
         coordinator's settings. ``gate``, ``policy`` and ``approval_timeout`` are a
         daemon's: this coordinator's gate is a function (``Coordinator(gate=…)``,

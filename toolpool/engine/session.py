@@ -35,7 +35,7 @@ from toolpool.models import ToolCall
 from toolpool.profiles import offers
 from toolpool.runtime import private_dir
 from toolpool.sandbox.limits import Limits
-from toolpool.session_options import SessionOptions
+from toolpool.session_options import SessionOptions, Shell
 from toolpool.tool import ToolContext
 
 
@@ -81,6 +81,7 @@ class Session:
         self.options = options
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
+        self.persistent_shell = options.shell is Shell.PERSISTENT
         self.limits = dict(options.limits)  # resource limit overrides for this session's calls
         # The limits a tool in this process sees (ctx.limits): the defaults with the
         # overrides, made once (options were checked: they merge).
@@ -147,6 +148,7 @@ class Session:
             files=self.files,
             extra_roots=self.extra_roots,
             allow_network=self.allow_network,
+            persistent_shell=self.persistent_shell,
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
             limits=self.call_limits,

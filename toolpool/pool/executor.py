@@ -90,6 +90,7 @@ class PoolExecutor:
             workspace=str(ctx.workspace),
             extra_roots=tuple(str(p) for p in ctx.extra_roots),
             allow_network=network,
+            persistent_shell=ctx.persistent_shell,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
         )
         if len(self._contexts) >= _CACHE_MAX:

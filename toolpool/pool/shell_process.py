@@ -43,6 +43,7 @@ from toolpool.sandbox.terminate import (
     Together,
     environment_marks,
 )
+from toolpool.tools.shell_state import SavedShell
 
 SHELL_MARK = "TOOLPOOL_SHELL"  # in every shell's environment: "<daemon pid>:<shell id>"
 SHOWN_COMMAND_CHARS = 80
@@ -167,6 +168,7 @@ def launch(
         policy=policy,
         tmp_bytes=limits.tmp_bytes,
         env=env,
+        cwd=(cwd := _start_cwd(context, workspace)),
     ) as box:
         # A worker of a network-less session lives in an empty network namespace,
         # and so do its commands; bubblewrap makes its own, else the wrapper does.
@@ -176,7 +178,7 @@ def launch(
         try:
             process = subprocess.Popen(
                 argv,
-                cwd=workspace,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=subprocess.STDOUT,
@@ -190,6 +192,16 @@ def launch(
         finally:
             os.close(write_fd)
     return process, box, read_fd
+
+
+def _start_cwd(context: CallContext, workspace: Path) -> Path:
+    """Where the session's last foreground command ended, as its next one would
+    start (SPEC V10)."""
+    if context.scratch_dir is None:
+        return workspace
+    roots = tuple(Path(p) for p in context.extra_roots)
+    saved = SavedShell.of_session(Path(context.scratch_dir), workspace, roots, persistent=False)
+    return saved.start_cwd()
 
 
 def _launcher(cgroup: WorkerCgroup | None, limits: Limits, unshare_net: bool) -> list[str]:

@@ -77,7 +77,7 @@ def not_offered(profile: str, tool: str, known: Iterable[str]) -> str:
     the names of every tool the daemon has (the session's are listed)."""
     available = ", ".join(sorted(name for name in known if offers(profile, name))) or "none"
     listed = owners(tool)
-    if not listed:
+    if not listed or profile in listed:  # of every profile, or of this one but not here
         return f'tool "{tool}" not found. Available tools: {available}.'
     elsewhere = " or ".join(f'"{p}"' for p in listed)
     return (

@@ -251,7 +251,9 @@ If not specified, commands time out after 120000ms (2 minutes).
 - Write a clear, concise description of what the command does in 5-10 words.
 - If the output exceeds 30000 characters, it is cut in the middle; the full output \
 is saved to a file the result names.
-- Each command runs in a fresh shell: cd and exported variables do not carry over.
+- The working directory persists between commands (a command that ends outside \
+the workspace sends the next one back, and says so); shell state (variables, \
+functions) does not, unless the session's shell is persistent.
 - stdin is empty: interactive commands cannot work.{background}"""
 
 _BACKGROUND = """

@@ -169,6 +169,11 @@ class Shell(Adapter):
     def execute(self, args: Arguments, ctx: ToolContext) -> str:
         started = time.monotonic()
         spec, routed = self._checked(args)
+        if spec is self.target:
+            # Codex's shell starts in its workdir, or the workspace: never where the
+            # session's last command ended (SPEC V10).
+            home = f"cd -- {shlex.quote(str(ctx.workspace))} && "
+            routed = {**routed, "command": home + routed["command"]}
         try:
             output = spec.execute_fn(routed, ctx)
         except ToolError as exc:

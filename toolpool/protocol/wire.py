@@ -49,6 +49,7 @@ class CallContext:
     session_id: str = ""
     extra_roots: tuple[str, ...] = ()
     allow_network: bool = False
+    persistent_shell: bool = False
     scratch_dir: str | None = None
 
 

@@ -187,6 +187,7 @@ def _explain(mechanism: str, why: str) -> str:
 def _bwrap(
     argv: Sequence[str],
     roots: Sequence[Path],
+    cwd: Path,
     network: bool,
     profile: SandboxProfile,
     policy: Policy,
@@ -222,7 +223,7 @@ def _bwrap(
         outer += ["--seccomp", str(fd)]
     ready = f'printf 1 >/proc/self/fd/{pass_fds[0]} && exec "$@"'
     start = ["/bin/sh", "-c", ready, "toolpool-sandbox", *argv]
-    return [*outer, "--chdir", str(roots[0]), "--", *start]
+    return [*outer, "--chdir", str(cwd), "--", *start]
 
 
 def _wrapper(
@@ -268,10 +269,11 @@ def confined(
     policy: Policy | None = None,
     tmp_bytes: int | None = None,
     env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[Confinement]:
     """The argv that runs ``argv`` confined, its environment and the descriptors it
-    must inherit; they are closed when the block ends (start the process inside it
-    and call ``started()``)."""
+    must inherit; they are closed when the block ends (start the process inside it,
+    in ``cwd`` — the workspace unless given —, and call ``started()``)."""
     profile = profile or active_profile()
     policy = policy or active_policy()
     roots = [workspace, *writable]
@@ -295,7 +297,10 @@ def confined(
         box._fds.append(ready_w)
         pass_fds.append(ready_w)
         if use_bwrap:
-            command = _bwrap(argv, roots, network, profile, policy, tmp_bytes, box, pass_fds)
+            start_in = cwd or workspace
+            command = _bwrap(
+                argv, roots, start_in, network, profile, policy, tmp_bytes, box, pass_fds
+            )
             layers += ["bwrap", "user namespace, no capabilities"]
             if box._network is not None:
                 layers.append("outbound-only network")

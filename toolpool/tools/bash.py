@@ -25,6 +25,7 @@ import select
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import Cancelled
@@ -49,6 +50,7 @@ from toolpool.sandbox.terminate import (
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
 from toolpool.tools.paths import display
+from toolpool.tools.shell_state import CommandShell, SavedShell
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
@@ -65,8 +67,10 @@ managers, running scripts. Do NOT use it to read, search or edit files: use read
 grep, glob, ls, edit and write, which are faster, safer and keep the read-before-write
 record that edit and write need.
 
-- The working directory is the workspace root; each call starts a fresh shell
-  (cd and exported variables do not carry over to the next call).
+- The working directory persists between calls: a call starts where the last one
+  ended (the first in the workspace root; a command that ends outside the workspace
+  sends the next one back there). Each call is a new shell otherwise: variables,
+  functions and options do not carry over, unless the session's shell is persistent.
 - stdin is empty: interactive commands (editors, pagers, prompts) cannot work. Pass
   flags such as --yes or --no-pager.
 - timeout: seconds before the command is stopped (default {DEFAULT_TIMEOUT}, at most
@@ -153,11 +157,14 @@ class Bash:
         spill_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         limits = ctx.limits or Limits()
         output = CommandOutput(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
+        state = shell_state(ctx)
+        shell = state.command_shell()
         started = time.monotonic()
         try:
-            process, box = self._start(command, ctx, limits, started + timeout)
+            process, box = self._start(command, ctx, limits, started + timeout, state, shell)
         except BaseException:
             output.close()
+            shell.close()
             raise
         assert process.stdout is not None
         stop = threading.Event()
@@ -171,17 +178,21 @@ class Bash:
         if "bwrap" not in box.layers:
             group = Together(ProcessGroup(process.pid), group)
         timed_out = False
+        note = None
         try:
             exit_code = self._wait(process, ctx, started + timeout)
             if exit_code is None:
                 timed_out = True
                 terminate(group, grace=KILL_GRACE)
                 exit_code = process.wait()
+            else:
+                note = state.record(shell, ended_by_itself=not _killed_by_a_limit(exit_code))
         except (Cancelled, KeyboardInterrupt):
             terminate(group, grace=KILL_GRACE)
             process.wait()
             raise
         finally:
+            shell.close()
             # Background processes may hold the pipe: read on for a moment, then stop.
             reader.join(DRAIN_AFTER_EXIT)
             stop.set()
@@ -197,6 +208,8 @@ class Bash:
         lines = [text.rstrip("\n")] if text.strip() else ["(no output)"]
         if timed_out:
             lines.append(f"Command timed out after {timeout:g} s and was stopped.")
+        if note is not None:
+            lines.append(note)
         lines.append(f"Exit code: {exit_code}")
         spill = display(output.spill_path, ctx)  # in the scratch dir: absolute
         if output.spill_truncated:
@@ -211,7 +224,13 @@ class Bash:
         return "\n".join(lines)
 
     def _start(
-        self, command: str, ctx: ToolContext, limits: Limits, deadline: float
+        self,
+        command: str,
+        ctx: ToolContext,
+        limits: Limits,
+        deadline: float,
+        state: SavedShell,
+        shell: CommandShell,
     ) -> tuple[subprocess.Popen[bytes], Confinement]:
         """The command, started in its sandbox — again, up to ``START_ATTEMPTS``, when
         the sandbox failed before the command (SPEC X12: nothing of it ran). Raises
@@ -223,7 +242,7 @@ class Bash:
                 count_retry()
                 time.sleep(RETRY_PAUSE_SECONDS)
             try:
-                process, box = self._spawn(command, ctx, limits)
+                process, box = self._spawn(command, ctx, limits, state.start_cwd(), shell)
             except NetworkNotConnected as exc:
                 if not exc.again or attempt == START_ATTEMPTS:
                     raise
@@ -240,9 +259,9 @@ class Bash:
 
     @staticmethod
     def _spawn(
-        command: str, ctx: ToolContext, limits: Limits
+        command: str, ctx: ToolContext, limits: Limits, cwd: Path, shell: CommandShell
     ) -> tuple[subprocess.Popen[bytes], Confinement]:
-        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", **shell.env}
         with confined(
             ["bash", "-c", command],
             workspace=ctx.workspace,
@@ -250,15 +269,16 @@ class Bash:
             network=ctx.allow_network,
             tmp_bytes=limits.tmp_bytes,
             env=env,
+            cwd=cwd,
         ) as box:
             process = subprocess.Popen(
                 box.argv,
-                cwd=ctx.workspace,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=box.pass_fds,
+                pass_fds=(*box.pass_fds, *shell.fds),
                 env=box.env,
             )
             try:
@@ -324,6 +344,25 @@ class Bash:
                     raise Cancelled(source) from None
         finally:
             os.close(pidfd)
+
+
+def shell_state(ctx: ToolContext) -> SavedShell:
+    """The session's saved shell (SPEC V10, V11): in its scratch directory, so that
+    each worker running one of its commands finds it."""
+    assert ctx.scratch_dir is not None
+    return SavedShell.of_session(
+        ctx.scratch_dir, ctx.workspace, ctx.extra_roots, persistent=ctx.persistent_shell
+    )
+
+
+def _killed_by_a_limit(exit_code: int) -> bool:
+    """Whether the command ended by a limit's signal (the OOM killer's SIGKILL, CPU
+    time, file size): then what it did last is not its state to keep. 128 + n is
+    how bash reports a child's death, and bubblewrap the shell's own."""
+    return exit_code < 0 or exit_code in _SIGNAL_DEATHS
+
+
+_SIGNAL_DEATHS = frozenset(128 + s for s in (9, 24, 25))  # KILL (OOM), XCPU, XFSZ
 
 
 def _kill_unstarted(process: subprocess.Popen[bytes], box: Confinement) -> None:

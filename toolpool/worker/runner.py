@@ -434,6 +434,7 @@ def tool_context(
         files=files,
         extra_roots=places.extra_roots,
         allow_network=context.allow_network,
+        persistent_shell=context.persistent_shell,
         scratch_dir=places.scratch_dir,
         cancel_token=token,
         progress=progress,
