@@ -257,6 +257,7 @@ def test_the_call_context_is_a_map_on_the_wire() -> None:
         "session_id": "s",
         "extra_roots": ["/a", "/b"],
         "allow_network": False,
+        "persistent_shell": False,
         "scratch_dir": None,
     }
     # A peer that leaves out the optional fields is read with their defaults.
