@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -133,4 +134,10 @@ class BackgroundShells(Protocol):
 
     def kill(self, shell_id: str) -> ShellInfo:
         """End the shell's whole process tree (if it runs); its record afterwards."""
+        ...
+
+    def sandbox(self, again: bool = False) -> Path | None:
+        """The socket of the session's sandbox, where foreground commands start too
+        (SPEC V1); None where there is none (commands get a sandbox each). ``again``:
+        the one given before could not be reached; ask afresh."""
         ...

@@ -79,6 +79,12 @@ class WorkerProcesses:
         self._making: dict[str, asyncio.Future[tuple[WorkerCgroup, int]]] = {}
         self._abandoned: set[str] = set()
 
+    @property
+    def runtime_dir(self) -> Path:
+        """The pool's runtime directory (X2: no command sees it); once open."""
+        assert self._runtime_dir is not None, "the pool is not open"
+        return self._runtime_dir
+
     async def open(self) -> None:
         """Probe the sandbox, open the socket and start the zygote."""
         loop = asyncio.get_running_loop()

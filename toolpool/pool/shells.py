@@ -49,6 +49,7 @@ from toolpool.background import ShellInfo, ShellState
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode
 from toolpool.pool import shell_bounds
+from toolpool.pool.environments import SessionSandboxes
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
 from toolpool.pool.shell_output import OutputFile, pump
@@ -58,6 +59,7 @@ from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.sandbox.terminate import CgroupMembers, terminate
 
 log = logging.getLogger("toolpool.pool")
@@ -108,6 +110,7 @@ class ShellSupervisor:
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._open = True
+        self.sandboxes = SessionSandboxes()  # where the sessions' commands start (V1)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -129,12 +132,27 @@ class ShellSupervisor:
                 case ShellAction.KILL:
                     shell = await self.kill(context.session_id, request.shell_id)
                     return ShellReply(call_id, request_id, shell.to_dict())
+                case ShellAction.SANDBOX:
+                    return ShellReply(call_id, request_id, socket=await self._sandbox(context, limits))
+        except SandboxStartError as exc:
+            return ShellReply(call_id, request_id, error=exc.message, code=exc.code)
         except ShellRefused as exc:
             return ShellReply(call_id, request_id, error=str(exc), code=exc.code.value)
         except Exception as exc:  # the worker must hear an answer, whatever went wrong
             log.exception("background shell request %s failed", request.action.value)
             text = f"The background shell request failed: {type(exc).__name__}: {exc}"
             return ShellReply(call_id, request_id, error=text)
+
+    async def _sandbox(self, context: CallContext, limits: Limits) -> str:
+        """The socket of the session's sandbox; empty where there are none."""
+        if not self._open:
+            raise ShellRefused("Commands cannot start: the daemon is stopping.")
+        if not self.sandboxes.opened:
+            processes = self._processes
+            self.sandboxes.open(processes.runtime_dir, processes.profile, processes.policy)
+        if not self.sandboxes.offered:
+            return ""
+        return str(await self.sandboxes.socket_for(context, limits))
 
     async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
         """Start ``command`` for the call's session; its record (running). Refused
@@ -242,6 +260,7 @@ class ShellSupervisor:
         )
         for shell in shells:
             self._forget(shell)
+        await self.sandboxes.end_session(session_id)
 
     async def close(self, reason: str = "the daemon stopped") -> None:
         """End every shell; no new one starts. Nothing is left running."""
@@ -250,6 +269,7 @@ class ShellSupervisor:
         await asyncio.gather(*(self._end(s, ShellState.KILLED, reason) for s in shells))
         for shell in shells:
             self._forget(shell)
+        await self.sandboxes.close()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -153,6 +153,7 @@ class ShellAction(StrEnum):
     START = "start"  # start ``command`` for the call's session
     OUTPUT = "output"  # the shell's state and the output not read before
     KILL = "kill"  # end the shell
+    SANDBOX = "sandbox"  # the session's sandbox (started if need be): its socket
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +184,8 @@ class ShellReply:
     session, too many running, the sandbox failed). For ``output``, ``start`` and
     ``end`` are the bytes of its output file not read before.
     ``code`` is a refusal's ErrorCode value ("limit_exceeded", "sandbox_failed"…).
+    For ``sandbox``, ``socket`` is the path of the session sandbox's socket, or empty
+    when the pool keeps none here (commands then get a sandbox each).
     """
 
     type: ClassVar[MessageType] = MessageType.SHELL_REPLY
@@ -193,6 +196,7 @@ class ShellReply:
     start: int = 0
     end: int = 0
     code: str = ""
+    socket: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,40 +20,23 @@ and end it. Where no executor offers background shells (in-process) it is refuse
 
 from __future__ import annotations
 
-import os
-import select
-import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
-from toolpool.sandbox.command import (
-    RETRY_PAUSE_SECONDS,
-    START_ATTEMPTS,
-    Confinement,
-    NetworkNotConnected,
-    confined,
-    count_retry,
-)
 from toolpool.sandbox.limits import Limits
-from toolpool.sandbox.terminate import (
-    ProcessGroup,
-    ProcessSet,
-    ProcessTree,
-    Together,
-    terminate,
-)
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
+from toolpool.tools.bash_runs import Run, SpawnError, start_in_session, start_per_call
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
 from toolpool.tools.paths import display
 from toolpool.tools.shell_state import CommandShell, SavedShell
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
+IN_SESSION_FDS = (3, 4)  # the shell's memory files, as the session sandbox gives them
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when ending the command
 DRAIN_AFTER_EXIT = 1.0  # seconds to keep reading after the shell exited
 _CHUNK = 65536
@@ -158,51 +141,40 @@ class Bash:
         limits = ctx.limits or Limits()
         output = CommandOutput(spill_dir / spill_name(ctx.call_id, ".log"), ctx, limits.spill_bytes)
         state = shell_state(ctx)
-        shell = state.command_shell()
         started = time.monotonic()
         try:
-            process, box = self._start(command, ctx, limits, started + timeout, state, shell)
+            run, shell = _start(command, ctx, limits, state, started + timeout)
         except BaseException:
             output.close()
-            shell.close()
             raise
-        assert process.stdout is not None
         stop = threading.Event()
         reader = threading.Thread(
-            target=read_output, args=(process.stdout.fileno(), output, stop), daemon=True
+            target=read_output, args=(run.output_fd, output, stop), daemon=True
         )
         reader.start()
-        # In bubblewrap's PID namespace nothing outlives bubblewrap: its tree is all
-        # there is (a /proc scan for the process group would cost ~2 ms per call).
-        group: ProcessSet = ProcessTree(process.pid)
-        if "bwrap" not in box.layers:
-            group = Together(ProcessGroup(process.pid), group)
         timed_out = False
         note = None
         try:
-            exit_code = self._wait(process, ctx, started + timeout)
+            exit_code = run.wait(ctx, started + timeout)
             if exit_code is None:
                 timed_out = True
-                terminate(group, grace=KILL_GRACE)
-                exit_code = process.wait()
+                exit_code = run.end(KILL_GRACE)
             else:
                 note = state.record(shell, ended_by_itself=not _killed_by_a_limit(exit_code))
         except (Cancelled, KeyboardInterrupt):
-            terminate(group, grace=KILL_GRACE)
-            process.wait()
+            run.end(KILL_GRACE)
             raise
         finally:
             shell.close()
             # Background processes may hold the pipe: read on for a moment, then stop.
             reader.join(DRAIN_AFTER_EXIT)
             stop.set()
-            terminate(group, grace=KILL_GRACE)
+            run.end(KILL_GRACE)
             reader.join()
-            process.stdout.close()
+            run.close()
             output.close()
-            box.finish()
         text, cut = output.text()
-        sandbox_failure = box.failure(exit_code, text[:4096])
+        sandbox_failure = run.failure(exit_code, text[:4096])
         if sandbox_failure is not None:
             raise ToolError(sandbox_failure, code="sandbox_failed", details={"output": text[:4096]})
         lines = [text.rstrip("\n")] if text.strip() else ["(no output)"]
@@ -223,94 +195,6 @@ class Bash:
             raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
         return "\n".join(lines)
 
-    def _start(
-        self,
-        command: str,
-        ctx: ToolContext,
-        limits: Limits,
-        deadline: float,
-        state: SavedShell,
-        shell: CommandShell,
-    ) -> tuple[subprocess.Popen[bytes], Confinement]:
-        """The command, started in its sandbox — again, up to ``START_ATTEMPTS``, when
-        the sandbox failed before the command (SPEC X12: nothing of it ran). Raises
-        ToolError ``sandbox_failed`` when the last attempt failed too, or when a network-allowed
-        command's namespace could not be connected in time (that is not retried: it
-        waited for its setup already; pasta ending early is)."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            if attempt > 1:
-                count_retry()
-                time.sleep(RETRY_PAUSE_SECONDS)
-            try:
-                process, box = self._spawn(command, ctx, limits, state.start_cwd(), shell)
-            except NetworkNotConnected as exc:
-                if not exc.again or attempt == START_ATTEMPTS:
-                    raise
-                continue
-            if self._wait_ready(process, box, ctx, deadline) is not False:
-                return process, box  # running, or the deadline came first: _wait sees it
-            said = _what_the_sandbox_said(process)
-            failure = box.failure(process.returncode, said)
-            assert failure is not None  # no ready byte: the sandbox's own failure
-            if attempt < START_ATTEMPTS:
-                continue
-            raise ToolError(failure, code="sandbox_failed", details={"output": said[:4096]})
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    @staticmethod
-    def _spawn(
-        command: str, ctx: ToolContext, limits: Limits, cwd: Path, shell: CommandShell
-    ) -> tuple[subprocess.Popen[bytes], Confinement]:
-        env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", **shell.env}
-        with confined(
-            ["bash", "-c", command],
-            workspace=ctx.workspace,
-            writable=ctx.extra_roots,
-            network=ctx.allow_network,
-            tmp_bytes=limits.tmp_bytes,
-            env=env,
-            cwd=cwd,
-        ) as box:
-            process = subprocess.Popen(
-                box.argv,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=(*box.pass_fds, *shell.fds),
-                env=box.env,
-            )
-            try:
-                box.started()
-            except ToolError:  # the sandbox could not be completed: the command never ran
-                _kill_unstarted(process, box)
-                raise
-        return process, box
-
-    @staticmethod
-    def _wait_ready(
-        process: subprocess.Popen[bytes], box: Confinement, ctx: ToolContext, deadline: float
-    ) -> bool | None:
-        """``box.wait_ready`` until the deadline (None then), the call's cancel
-        raising Cancelled as in ``_wait``. The output is not read meanwhile: what a
-        sandbox that fails says stays in the pipe, for its error, not the spill file."""
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                ready = box.wait_ready(min(remaining, 0.05))
-                if ready is not None:
-                    return ready
-                if ctx.cancelled:
-                    source = ctx.cancel_token.source
-                    assert source is not None
-                    raise Cancelled(source) from None
-        except BaseException:  # nothing of the command runs yet: its sandbox is all there is
-            _kill_unstarted(process, box)
-            raise
-
     @staticmethod
     def _start_in_background(command: str, ctx: ToolContext) -> str:
         if ctx.shells is None:
@@ -324,26 +208,29 @@ class Bash:
             "Read its output with bash_output, stop it with kill_shell."
         )
 
-    @staticmethod
-    def _wait(process: subprocess.Popen[bytes], ctx: ToolContext, deadline: float) -> int | None:
-        """The exit code, or None at the deadline. Raises Cancelled when the call is
-        cancelled (the worker raises it by signal; in-process we look at the token)."""
-        # A pidfd wakes us the moment the process exits; Popen.wait(timeout) polls
-        # with sleeps of up to 50 ms, which a short command would pay in full.
-        pidfd = os.pidfd_open(process.pid)
+
+def _start(
+    command: str, ctx: ToolContext, limits: Limits, state: SavedShell, deadline: float
+) -> tuple[Run, CommandShell]:
+    """The command started — in the session's sandbox where the executor offers one
+    (SPEC V1), else in a sandbox of its own — and its shell's memory files."""
+    argv = ["bash", "-c", command]
+    cwd = state.start_cwd()
+    sandbox = ctx.shells.sandbox() if ctx.shells is not None else None
+    shell = state.command_shell(IN_SESSION_FDS if sandbox is not None else None)
+    try:
+        if sandbox is None:
+            return start_per_call(argv, ctx, limits, cwd, shell, deadline), shell
         try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                if select.select([pidfd], [], [], min(remaining, 0.05))[0]:
-                    return process.wait()
-                if ctx.cancelled:
-                    source = ctx.cancel_token.source
-                    assert source is not None
-                    raise Cancelled(source) from None
-        finally:
-            os.close(pidfd)
+            return start_in_session(sandbox, argv, ctx, cwd, shell), shell
+        except SpawnError:  # it ended since (its session reopened?): ask once more
+            sandbox = ctx.shells.sandbox(again=True) if ctx.shells is not None else None
+            if sandbox is None:
+                raise ToolError("The session's sandbox is gone.", code="sandbox_failed") from None
+            return start_in_session(sandbox, argv, ctx, cwd, shell), shell
+    except BaseException:
+        shell.close()
+        raise
 
 
 def shell_state(ctx: ToolContext) -> SavedShell:
@@ -363,37 +250,6 @@ def _killed_by_a_limit(exit_code: int) -> bool:
 
 
 _SIGNAL_DEATHS = frozenset(128 + s for s in (9, 24, 25))  # KILL (OOM), XCPU, XFSZ
-
-
-def _kill_unstarted(process: subprocess.Popen[bytes], box: Confinement) -> None:
-    """End a sandbox that has not started its command: it is all there is to end
-    (bubblewrap's children die with it)."""
-    process.kill()
-    process.wait()
-    if process.stdout is not None:
-        process.stdout.close()
-    box.finish()
-
-
-def _what_the_sandbox_said(process: subprocess.Popen[bytes]) -> str:
-    """What a sandbox that ended without starting its command wrote (its error),
-    once it has exited; read for at most DRAIN_AFTER_EXIT."""
-    try:
-        process.wait(KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + DRAIN_AFTER_EXIT
-    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
-        chunk = os.read(fd, _CHUNK)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    process.stdout.close()
-    return b"".join(chunks).decode(errors="replace")
 
 
 def _shown(command: str) -> str:

@@ -111,19 +111,22 @@ class SavedShell:
             return Path(saved)
         return self.workspace
 
-    def command_shell(self) -> CommandShell:
-        """The prelude for the next command, and an empty report for it."""
+    def command_shell(self, inside: tuple[int, int] | None = None) -> CommandShell:
+        """The prelude for the next command, and an empty report for it; ``inside``:
+        the numbers the command will know the two by, when not the same as ours (the
+        session sandbox's helper gives them as 3 and 4)."""
         prelude = os.memfd_create("toolpool-bash-prelude")
         report = os.memfd_create("toolpool-bash-report")
         try:
+            named = inside or (prelude, report)
             with open(prelude, "wb", closefd=False) as f:
-                f.write(self._prelude(report))
+                f.write(self._prelude(named[1]))
             os.lseek(prelude, 0, os.SEEK_SET)
         except BaseException:
             os.close(prelude)
             os.close(report)
             raise
-        return CommandShell({"BASH_ENV": f"/dev/fd/{prelude}"}, (prelude, report))
+        return CommandShell({"BASH_ENV": f"/dev/fd/{named[0]}"}, (prelude, report))
 
     def _prelude(self, report: int) -> bytes:
         parts = [b"builtin unset BASH_ENV\n"]

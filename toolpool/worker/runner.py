@@ -224,7 +224,8 @@ class Runner:
         limits = self._limits(message.limits)
         files = RecordingRegister(message.stamps)
         token = CancelToken()
-        self._shells.begin(call.id)
+        context = message.context
+        self._shells.begin(call.id, (context.session_id, context.allow_network))
         ctx = tool_context(
             message.context,
             call,

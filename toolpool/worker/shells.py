@@ -8,6 +8,8 @@ its state after a read or a kill.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from pathlib import Path
 from typing import Any
 
 from toolpool.background import ShellInfo, ShellOutput
@@ -18,6 +20,7 @@ from toolpool.worker.channel import Channel
 # A start may wait for a network-allowed command's namespace (up to 10 s): beyond
 # this the pool is not answering at all.
 ANSWER_TIMEOUT = 30.0
+_SANDBOXES_KEPT = 64  # sessions whose sandbox a worker remembers
 
 
 class WorkerShells:
@@ -26,12 +29,27 @@ class WorkerShells:
     def __init__(self, channel: Channel) -> None:
         self._channel = channel
         self._call_id = ""
+        self._sandbox_key: Hashable = None
+        self._sandboxes: dict[Hashable, Path | None] = {}  # the pool's answers, kept
         self.details: dict[str, Any] = {}
 
-    def begin(self, call_id: str) -> None:
+    def begin(self, call_id: str, sandbox_key: Hashable) -> None:
+        """A call starts; ``sandbox_key`` names the sandbox its commands run in (its
+        session and whether it has network): the pool's answer for it is kept."""
         self._call_id = call_id
+        self._sandbox_key = sandbox_key
         if self.details:
             self.details = {}
+
+    def sandbox(self, again: bool = False) -> Path | None:
+        key = self._sandbox_key
+        if not again and key in self._sandboxes:
+            return self._sandboxes[key]
+        reply = self._ask(ShellAction.SANDBOX)
+        if len(self._sandboxes) >= _SANDBOXES_KEPT:
+            self._sandboxes.clear()
+        self._sandboxes[key] = found = Path(reply.socket) if reply.socket else None
+        return found
 
     def start(self, command: str) -> ShellInfo:
         return self._shell(self._ask(ShellAction.START, command=command))

@@ -1,0 +1,180 @@
+"""The sessions' sandboxes (SPEC V1): one per session, started when its first command
+needs it, ended when the session closes; a command is then started inside it
+(toolpool.sandbox.spawn) instead of in a sandbox of its own.
+
+A worker asks for its call's session (``ShellRequest`` of action ``environment``,
+answered with the sandbox's socket) and starts its command there itself, joined to
+its own cgroups and with its own rlimits, as it would have started a child. The pool
+owns the sandboxes: a worker that is recycled or lost changes nothing, and any
+worker runs any command of the session in the same one.
+
+A session whose calls differ in network (a tool's limits may allow it where the
+session does not) has one sandbox for each. Starting one takes a few milliseconds
+(tens with pasta): it runs in a thread of its own, never on the event loop, one
+start per session at a time (a second request waits for the first's). A start that
+fails is the call's ``sandbox_failed`` error; the next request tries again.
+
+Sockets live in ``<runtime dir>/sandboxes``, which no command sees (X2); a dead
+daemon's sandboxes die with it (their helper holds a pipe from this process) and
+its sockets are removed with the runtime dir, or at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolpool.protocol import CallContext
+from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.policy import Policy
+from toolpool.sandbox.profile import SandboxProfile
+from toolpool.sandbox.session_box import SandboxStartError, SessionSandbox
+
+log = logging.getLogger("toolpool.pool")
+
+Key = tuple[str, bool]  # session id, network allowed
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One session sandbox: starting (``ready`` pending), running, or failed."""
+
+    ready: asyncio.Future[SessionSandbox]
+    network: bool
+    started: int = 0  # how many commands were pointed at it
+
+
+class SessionSandboxes:
+    """Every session's sandbox, by session and network."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Key, _Entry] = {}
+        self._threads = ThreadPoolExecutor(2, thread_name_prefix="toolpool-sandboxes")
+        self._directory: Path | None = None
+        self._profile = SandboxProfile.nothing()
+        self._policy: Policy | None = None
+        self._open = False
+        self.opened = False
+
+    def open(self, runtime_dir: Path, profile: SandboxProfile, policy: Policy) -> None:
+        """Sandboxes are offered from now on, their sockets under ``runtime_dir``."""
+        directory = runtime_dir / "sandboxes"
+        shutil.rmtree(directory, ignore_errors=True)  # a dead daemon's sockets
+        directory.mkdir(mode=0o700)
+        self._directory = directory
+        self._profile, self._policy = profile, policy
+        self._open = profile.active("bwrap")
+        self.opened = True
+
+    @property
+    def offered(self) -> bool:
+        """Whether commands start in session sandboxes here (bubblewrap is on)."""
+        return self._open
+
+    async def socket_for(self, context: CallContext, limits: Limits) -> Path:
+        """The socket of the sandbox the call's command starts in; started first if
+        the session has none yet. Raises SandboxStartError."""
+        if not self._open:
+            raise SandboxStartError("session sandboxes are off here (bubblewrap is off)")
+        network = limits.network or context.allow_network
+        key = (context.session_id, network)
+        entry = self._entries.get(key)
+        if entry is not None and entry.ready.done():
+            failed = entry.ready.exception() is not None
+            if failed or not entry.ready.result().alive():
+                self._entries.pop(key)
+                if not failed:
+                    self._in_thread_close(entry.ready.result())
+                entry = None
+        if entry is None:
+            entry = _Entry(asyncio.get_running_loop().create_future(), network)
+            self._entries[key] = entry
+            self._start(entry, context, limits)
+        try:
+            sandbox = await asyncio.shield(entry.ready)
+        except SandboxStartError as exc:
+            if self._entries.get(key) is entry:
+                self._entries.pop(key)
+            raise exc from None
+        entry.started += 1
+        return sandbox.socket_path
+
+    def _start(self, entry: _Entry, context: CallContext, limits: Limits) -> None:
+        assert self._directory is not None and self._policy is not None
+        roots = [Path(context.workspace), *(Path(p) for p in context.extra_roots)]
+        directory, profile, policy = self._directory, self._profile, self._policy
+
+        def start() -> SessionSandbox:
+            return SessionSandbox.start(
+                roots=roots,
+                network=entry.network,
+                tmp_bytes=limits.tmp_bytes,
+                socket_dir=directory,
+                policy=policy,
+                profile=profile,
+            )
+
+        key = (context.session_id, entry.network)
+        loop = asyncio.get_running_loop()
+        started = loop.run_in_executor(self._threads, start)
+
+        def settle(done: asyncio.Future[SessionSandbox]) -> None:
+            exc = done.exception()
+            if exc is not None:
+                log.warning("the sandbox of session %s did not start: %s", context.session_id, exc)
+                entry.ready.set_exception(
+                    exc if isinstance(exc, SandboxStartError) else SandboxStartError(str(exc))
+                )
+            elif not self._open or self._entries.get(key) is not entry:
+                self._in_thread_close(done.result())  # its session closed meanwhile
+                entry.ready.set_exception(SandboxStartError("its session closed"))
+            else:
+                entry.ready.set_result(done.result())
+            entry.ready.exception()  # retrieved: nobody may be waiting any more
+
+        started.add_done_callback(settle)
+
+    async def end_session(self, session_id: str) -> None:
+        """The session closes: its sandboxes end, everything in them with them."""
+        ending = [k for k in self._entries if k[0] == session_id]
+        await asyncio.gather(*(self._end(self._entries.pop(k)) for k in ending))
+
+    async def close(self) -> None:
+        """End every sandbox; no new one starts."""
+        self._open = False
+        entries = list(self._entries.values())
+        self._entries.clear()
+        await asyncio.gather(*(self._end(e) for e in entries))
+        self._threads.shutdown(wait=True)
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+    async def _end(self, entry: _Entry) -> None:
+        try:
+            sandbox = await asyncio.shield(entry.ready)
+        except SandboxStartError:
+            return
+        await asyncio.get_running_loop().run_in_executor(self._threads, sandbox.close)
+
+    def _in_thread_close(self, sandbox: SessionSandbox) -> None:
+        self._threads.submit(sandbox.close)
+
+    def listing(self) -> dict[str, list[dict[str, object]]]:
+        """Each session's sandboxes, for ``status``."""
+        by_session: dict[str, list[dict[str, object]]] = {}
+        for (session_id, network), entry in self._entries.items():
+            if not entry.ready.done():
+                state = "starting"
+            elif entry.ready.exception() is not None:
+                state = "failed"
+            else:
+                state = "running" if entry.ready.result().alive() else "ended"
+            row: dict[str, object] = {"network": network, "state": state, "commands": entry.started}
+            if state == "running":
+                row["pid"] = entry.ready.result().pid
+            by_session.setdefault(session_id, []).append(row)
+        return by_session
