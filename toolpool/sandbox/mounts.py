@@ -53,12 +53,20 @@ def _masked(policy: Policy) -> list[str]:
     return [m for m in masks if not _strictly_under(m, masks)]
 
 
-def bwrap_mounts(roots: Sequence[Path], policy: Policy, tmp_bytes: int) -> list[str]:
-    """bubblewrap's mount arguments. Order matters: masks of paths that contain a
-    root go first, then what must stay visible under a mask (the interpreter, the
-    resolver configuration), then the roots, then masks inside the roots."""
+# The root of the sandbox's file system: this host's, read-only. A session sandbox
+# may one day be given another (an overlay of /, an image's layers).
+HOST_ROOT = ("--ro-bind", "/", "/")
+
+
+def bwrap_mounts(
+    roots: Sequence[Path], policy: Policy, tmp_bytes: int, root: Sequence[str] = HOST_ROOT
+) -> list[str]:
+    """bubblewrap's mount arguments. Order matters: the root (``root``, bubblewrap's
+    arguments that mount /), masks of paths that contain a root go first, then what
+    must stay visible under a mask (the interpreter, the resolver configuration),
+    then the roots, then masks inside the roots."""
     real_roots = [os.path.realpath(r) for r in roots]
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = [*root, "--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     args += ["--dir", PRIVATE_HOME]
     masks = _masked(policy)
@@ -82,6 +90,16 @@ def bwrap_mounts(roots: Sequence[Path], policy: Policy, tmp_bytes: int) -> list[
         args += _mask(mask, mask in directories)
     # Read-only only once everything under the masks is mounted.
     return args + [a for m in [*outer, *inner] if m in directories for a in ("--remount-ro", m)]
+
+
+def hidden_from_sandbox(path: Path, roots: Sequence[Path], policy: Policy) -> bool:
+    """Whether ``path`` is out of sight of a command under ``bwrap_mounts``: under the
+    private /tmp or a mask, and not under anything bound back (a root, our install)."""
+    real = os.path.realpath(path)
+    shown = [*(os.path.realpath(r) for r in roots), *interpreter_paths()]
+    if any(is_under(real, s) for s in shown):
+        return False
+    return any(is_under(real, c) for c in ["/tmp", *_masked(policy)])
 
 
 def _mask(path: str, directory: bool) -> list[str]:
