@@ -288,6 +288,22 @@ def markdown(data: dict[str, Any], command: str) -> str:
         ]
         for name, v in conf["summary_ms"].items():
             lines.append(f"| {name} | {pcells(v, 2)} | {v['p50'] - base:.2f} |")
+        if through := conf.get("through_daemon"):
+            lines += [
+                "",
+                "Through the daemon, one session each: bash `true`, `ls` and a fork-exec of "
+                "`true` in the bench's process, interleaved (medians); the sandbox adds "
+                "bash − ls − fork-exec (V1's target: ≤ 2 ms in the session's sandbox).",
+                "",
+                "| commands start in | bash true ms | ls ms | fork-exec ms | added ms |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for kind, row in through.items():
+                m = row["median_ms"]
+                lines.append(
+                    f"| {kind} | {m['bash true']:.2f} | {m['ls']:.2f} | "
+                    f"{m['fork-exec true']:.2f} | {row['added_ms']:.2f} |"
+                )
 
     if sc := data.get("scale"):
         lines += scale.report(sc)

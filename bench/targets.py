@@ -336,4 +336,12 @@ def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"{conf['added_ms']:.1f} ms",
             conf["added_ms"] <= 10,
         )
+        for kind, row in conf.get("through_daemon", {}).items():
+            if kind.startswith("session sandbox"):
+                check(
+                    f"a confined `true` adds ≤ 2 ms over ls + fork-exec, through the daemon "
+                    f"({kind}; V1)",
+                    f"{row['added_ms']:.2f} ms",
+                    row["added_ms"] <= 2,
+                )
     return rows

@@ -14,7 +14,7 @@ session does not) has one sandbox for each. Starting one takes a few millisecond
 start per session at a time (a second request waits for the first's). A start that
 fails is the call's ``sandbox_failed`` error; the next request tries again.
 
-Sockets live in ``<runtime dir>/sandboxes``, which no command sees (X2); a dead
+Sockets live in ``<runtime dir>/s``, which no command sees (X2); a dead
 daemon's sandboxes die with it (their helper holds a pipe from this process) and
 its sockets are removed with the runtime dir, or at the next start.
 """
@@ -45,7 +45,6 @@ class _Entry:
 
     ready: asyncio.Future[SessionSandbox]
     network: bool
-    started: int = 0  # how many commands were pointed at it
 
 
 class SessionSandboxes:
@@ -62,24 +61,24 @@ class SessionSandboxes:
 
     def open(self, runtime_dir: Path, profile: SandboxProfile, policy: Policy) -> None:
         """Sandboxes are offered from now on, their sockets under ``runtime_dir``."""
-        directory = runtime_dir / "sandboxes"
+        directory = runtime_dir / "s"  # short: the sockets' paths must fit AF_UNIX's 108 bytes
         shutil.rmtree(directory, ignore_errors=True)  # a dead daemon's sockets
         directory.mkdir(mode=0o700)
         self._directory = directory
         self._profile, self._policy = profile, policy
-        self._open = profile.active("bwrap")
+        self._open = profile.active("session")
         self.opened = True
 
     @property
     def offered(self) -> bool:
-        """Whether commands start in session sandboxes here (bubblewrap is on)."""
+        """Whether commands start in session sandboxes here (mechanism "session")."""
         return self._open
 
     async def socket_for(self, context: CallContext, limits: Limits) -> Path:
         """The socket of the sandbox the call's command starts in; started first if
         the session has none yet. Raises SandboxStartError."""
         if not self._open:
-            raise SandboxStartError("session sandboxes are off here (bubblewrap is off)")
+            raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
         network = limits.network or context.allow_network
         key = (context.session_id, network)
         entry = self._entries.get(key)
@@ -100,7 +99,6 @@ class SessionSandboxes:
             if self._entries.get(key) is entry:
                 self._entries.pop(key)
             raise exc from None
-        entry.started += 1
         return sandbox.socket_path
 
     def _start(self, entry: _Entry, context: CallContext, limits: Limits) -> None:
@@ -173,7 +171,7 @@ class SessionSandboxes:
                 state = "failed"
             else:
                 state = "running" if entry.ready.result().alive() else "ended"
-            row: dict[str, object] = {"network": network, "state": state, "commands": entry.started}
+            row: dict[str, object] = {"network": network, "state": state}
             if state == "running":
                 row["pid"] = entry.ready.result().pid
             by_session.setdefault(session_id, []).append(row)

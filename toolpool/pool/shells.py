@@ -133,9 +133,11 @@ class ShellSupervisor:
                     shell = await self.kill(context.session_id, request.shell_id)
                     return ShellReply(call_id, request_id, shell.to_dict())
                 case ShellAction.SANDBOX:
-                    return ShellReply(call_id, request_id, socket=await self._sandbox(context, limits))
+                    return ShellReply(
+                        call_id, request_id, socket=await self._sandbox(context, limits)
+                    )
         except SandboxStartError as exc:
-            return ShellReply(call_id, request_id, error=exc.message, code=exc.code)
+            return ShellReply(call_id, request_id, error=exc.message, code=exc.code or "")
         except ShellRefused as exc:
             return ShellReply(call_id, request_id, error=str(exc), code=exc.code.value)
         except Exception as exc:  # the worker must hear an answer, whatever went wrong

@@ -14,15 +14,26 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toolpool.sandbox import cgroups, confine_exec, network, seccomp
+from toolpool.sandbox import cgroups, confine_exec, helper_binary, network, seccomp
 
-MECHANISMS = ("rlimits", "cgroups", "bwrap", "netns", "netns-outbound", "seccomp", "landlock")
+MECHANISMS = (
+    "rlimits",
+    "cgroups",
+    "bwrap",
+    "session",
+    "netns",
+    "netns-outbound",
+    "seccomp",
+    "landlock",
+)
 
 _DESCRIPTIONS = {
     "rlimits": "rlimits in workers and tool processes (core, files, file size, CPU, memory)",
     "cgroups": "a cgroup per worker (memory, pids, CPU quota; kill the whole group)",
     "bwrap": "bubblewrap around commands: a user namespace without capabilities, read-only "
     "root, workspace writable, private /tmp and /run, the runtime dir and secrets hidden",
+    "session": "one bubblewrap sandbox per session, commands started inside it by a static "
+    "helper (each in its own PID namespace, with its call's cgroups and rlimits)",
     "netns": "workers of network-less sessions in their own, empty network namespace",
     "netns-outbound": "commands of network-allowed sessions in their own namespace, "
     "outbound only (pasta): this host's own services unreachable",
@@ -126,6 +137,16 @@ def _probe_bwrap() -> tuple[bool, str]:
     return (True, path) if ok else (False, f"bwrap cannot create namespaces here: {why}")
 
 
+def _probe_session() -> tuple[bool, str]:
+    if not _probe_bwrap()[0]:
+        return False, "needs bubblewrap (commands then get a sandbox each)"
+    try:
+        helper = helper_binary.spawner_binary()
+    except helper_binary.HelperBuildError as exc:
+        return False, f"{exc} (commands then get a sandbox each)"
+    return True, f"helper {helper}"
+
+
 def _probe_netns() -> tuple[bool, str]:
     code = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x40000000) != 0)"
     ok, _ = _run([sys.executable, "-I", "-S", "-c", code])
@@ -158,6 +179,7 @@ _PROBES = {
     "rlimits": _probe_rlimits,
     "cgroups": _probe_cgroups,
     "bwrap": _probe_bwrap,
+    "session": _probe_session,
     "netns": _probe_netns,
     "netns-outbound": _probe_outbound,
     "seccomp": _probe_seccomp,

@@ -139,7 +139,8 @@ class SessionSandbox:
         profile: SandboxProfile,
         root: Sequence[str],
     ) -> SessionSandbox:
-        path = socket_dir / f"sbx-{os.getpid()}-{next(_names)}.sock"
+        # Short: a socket's path must fit in 108 bytes, whatever socket_dir is.
+        path = socket_dir / f"{os.getpid():x}.{next(_names):x}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         opened: list[int] = []  # descriptors to close once the holder has them
         process: subprocess.Popen[bytes] | None = None
