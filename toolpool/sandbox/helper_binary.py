@@ -78,7 +78,9 @@ def _built(source: Path, directory: Path, cc: str) -> Path:
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
             why = lines[-1] if lines else f"exit status {done.returncode}"
-            raise HelperBuildError(f"cannot build the sandbox helper with {compiler}: {why}; {_INSTALL}")
+            raise HelperBuildError(
+                f"cannot build the sandbox helper with {compiler}: {why}; {_INSTALL}"
+            )
         os.chmod(partial, 0o755)
         os.replace(partial, target)  # atomic: a concurrent build renames an equal file
     except (OSError, subprocess.TimeoutExpired) as exc:

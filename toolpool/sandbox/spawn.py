@@ -228,7 +228,9 @@ def spawn(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         sock.settimeout(SEND_SECONDS)
         sock.connect(str(socket_path))
-        sock.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        sock.sendmsg(
+            [header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+        )
         for at in range(0, len(payload), _CHUNK):
             sock.sendall(payload[at : at + _CHUNK])
         sock.settimeout(None)
