@@ -608,3 +608,16 @@ def test_the_doctor_starts_a_session_sandbox_and_says_why_when_it_cannot(
     monkeypatch.setenv("CC", "no-such-compiler")
     ok, detail = session_self_check()
     assert not ok and "no C compiler" in detail and "libc6-dev" in detail
+
+
+@pytest.mark.spec("V4", "X5")
+def test_no_user_namespace_even_without_the_seccomp_filter(
+    workspace: Path, socket_dir: Path
+) -> None:
+    profile = SandboxProfile.probe(disabled={"seccomp"})
+    with SessionSandbox.start(
+        roots=[workspace], network=False, tmp_bytes=1 << 20, socket_dir=socket_dir, profile=profile
+    ) as box:
+        done = sh(box, "grep Seccomp: /proc/self/status; unshare -U true; echo $?")
+    assert done.out.split() == ["Seccomp:", "0", "1"], done.out + done.err
+    assert "No space left" in done.err  # max_user_namespaces is 0 in the sandbox
