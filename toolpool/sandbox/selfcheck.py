@@ -152,8 +152,10 @@ def session_self_check(
                     os.close(fd)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    seen = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    seen.update(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    seen: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":" if ":" in line else "=")
+        seen[key] = value
     problems = [
         f"{k} is {seen.get(k, '?')}" for k, v in _SESSION_WANTED.items() if seen.get(k) != v
     ]
