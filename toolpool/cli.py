@@ -333,6 +333,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     ok, detail = self_check(profile)
     style = "green" if ok else "red"
     console.print(f"[bold]confined command[/]: [{style}]{'works' if ok else 'FAILS'}[/] — {detail}")
+    from toolpool.sandbox.selfcheck import session_self_check
+
+    # One sandbox per session (SPEC V1): not yet what calls run in, so reported only.
+    session_ok, session_detail = session_self_check(profile)
+    mark = "[green]works[/]" if session_ok else "[yellow]FAILS[/]"
+    console.print(f"[bold]session sandbox[/]: {mark} — {session_detail}")
     if os.geteuid() == 0:
         console.print(
             "[yellow]running as root[/]: commands run without capabilities, but still pass "

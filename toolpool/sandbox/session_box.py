@@ -262,6 +262,7 @@ def _bwrap_argv(
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--as-pid-1"]
     argv += ["--unshare-ipc", "--unshare-uts", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
     argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    argv += ["--cap-add", "CAP_SYS_RESOURCE"]  # to set max_user_namespaces to 0
     argv += bwrap_mounts(roots, policy, tmp_bytes, root)
     return [*argv, "--chdir", str(roots[0])]
 

@@ -38,7 +38,6 @@ _RLIMIT = struct.Struct("<IIQQ")
 _CHUNK = 32 * 1024  # payload bytes per message (well under the socket's buffer)
 _CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 SEND_SECONDS = 10.0  # the request's own sending; a helper that does not read is gone
-FAILED_TO_START = 127
 
 
 class SpawnError(OSError):

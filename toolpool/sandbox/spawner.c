@@ -343,6 +343,11 @@ static void command_init(int conn) {
         fail(conn, "cannot make the mounts private: %s", strerror(errno));
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         fail(conn, "cannot mount /proc: %s", strerror(errno));
+    /* No user namespace below the sandbox's, even without the seccomp filter (X5). */
+    int userns = open("/proc/sys/user/max_user_namespaces", O_WRONLY | O_CLOEXEC);
+    if (userns < 0 || write(userns, "0", 1) != 1)
+        fail(conn, "cannot forbid user namespaces: %s", strerror(errno));
+    close(userns);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
