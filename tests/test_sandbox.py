@@ -12,6 +12,8 @@ import pytest
 
 from toolpool.sandbox import SandboxProfile, confined
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.mounts import hidden_from_sandbox
+from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import MECHANISMS, Mechanism
 
 PROFILE = SandboxProfile.probe()
@@ -122,3 +124,18 @@ def test_limits_validate_and_merge() -> None:
     with pytest.raises(ValueError, match="positive"):
         Limits(wall_seconds=0)
     assert dataclasses.replace(limits, network=False).network is False
+
+
+@pytest.mark.spec("V1")
+def test_V1_a_socket_dir_under_a_mask_inside_the_workspace_is_hidden(tmp_path: Path) -> None:
+    """The runtime dir may lie inside the workspace (a daemon run from its project): its
+    mask is mounted over the root, so the sandboxes' sockets there are out of sight;
+    elsewhere in the workspace they would be in sight, and are refused."""
+    workspace = tmp_path / "ws"
+    runtime = workspace / "rt"
+    (runtime / "s").mkdir(parents=True)
+    (workspace / "open").mkdir()
+    policy = Policy(hidden=(str(runtime),))
+    assert hidden_from_sandbox(runtime / "s", [workspace], policy)
+    assert not hidden_from_sandbox(workspace / "open", [workspace], policy)
+    assert hidden_from_sandbox(runtime / "s", [tmp_path / "elsewhere"], policy)

@@ -54,6 +54,7 @@ for arg in "$@"; do
         echo "{failure}" >&2
         exit 1
       fi
+      break  # one start, however many arguments carry the word
       ;;
   esac
 done
@@ -90,7 +91,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, attempts: Path) -> Iterator
         pasta.write_text(FAKE_PASTA.format(log=attempts, failure=PASTA_FAILURE, real=REAL_PASTA))
         pasta.chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with shared_daemon(tmp, env=env) as shared:
+    # A sandbox per command, as where the session mechanism is off (the fake sees the
+    # command's words in bubblewrap's arguments); a session's own sandbox, below.
+    with shared_daemon(tmp, "--sandbox-disabled", "session", env=env) as shared:
         yield shared
 
 
@@ -202,3 +205,40 @@ def test_X12_pasta_that_always_ends_early_is_sandbox_failed_and_the_command_neve
             assert retries(client) == before + 2
     finally:
         always.unlink()
+
+
+@pytest.fixture(scope="module")
+def session_daemon(tmp_path_factory: pytest.TempPathFactory, attempts: Path) -> Iterator[Daemon]:
+    """The same fakes, with commands started in their session's sandbox (V1)."""
+    tmp = tmp_path_factory.mktemp("session-retry")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "bwrap"
+    fake.write_text(FAKE_BWRAP.format(log=attempts, failure=FAILURE, real=REAL_BWRAP))
+    fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with shared_daemon(tmp, env=env) as shared:
+        yield shared
+
+
+@pytest.mark.spec("X12", "V1")
+@pytest.mark.skipif(not SandboxProfile.probe().active("session"), reason="no session sandboxes")
+def test_X12_V1_a_session_sandbox_that_failed_before_it_was_ready_is_started_again(
+    session_daemon: Daemon, attempts: Path, tmp_path: Path
+) -> None:
+    # Given a session whose sandbox fails once before it is up (its workspace's name
+    # is in bubblewrap's arguments, as a command's words are not any more).
+    word = f"FAIL-ONCE-{marker()}"
+    workspace = tmp_path / word
+    workspace.mkdir()
+    with Client(runtime_dir=session_daemon.runtime, timeout=60) as client:
+        before = retries(client)
+        with client.session(workspace) as session:
+            # When two commands run.
+            first = call(session, "bash", command="echo ran >> ran.txt; echo $$")
+            second = call(session, "bash", command="echo ran >> ran.txt")
+            # Then the sandbox was started twice, once for good: both ran in it, once.
+            assert not first.is_error and not second.is_error, (first.text, second.text)
+            assert started(attempts, word) == 2
+            assert (workspace / "ran.txt").read_text() == "ran\nran\n"
+            assert retries(client) == before + 1

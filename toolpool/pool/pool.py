@@ -65,6 +65,7 @@ from toolpool.pool.workers import (
     WorkerState,
 )
 from toolpool.protocol import Execute, Message, encode
+from toolpool.sandbox import command as sandbox_command
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
 
@@ -313,8 +314,10 @@ class WorkerPool:
     @property
     def sandbox_retries(self) -> int:
         """Confined starts tried again because the sandbox failed before its command
-        (SPEC X12): a call's command in a worker, or a background shell."""
-        return self.dispatch.sandbox_retries + self.shells.sandbox_retries
+        (SPEC X12): a call's command in a worker, a background shell, or a session's
+        sandbox (started in this process, which counts its own retries)."""
+        own = sandbox_command.sandbox_retries()
+        return self.dispatch.sandbox_retries + self.shells.sandbox_retries + own
 
     def statistics(self) -> PoolStatistics:
         dead = WorkerState.DEAD

@@ -96,10 +96,15 @@ def hidden_from_sandbox(path: Path, roots: Sequence[Path], policy: Policy) -> bo
     """Whether ``path`` is out of sight of a command under ``bwrap_mounts``: under the
     private /tmp or a mask, and not under anything bound back (a root, our install)."""
     real = os.path.realpath(path)
-    shown = [*(os.path.realpath(r) for r in roots), *interpreter_paths()]
-    if any(is_under(real, s) for s in shown):
+    real_roots = [os.path.realpath(r) for r in roots]
+    masks = _masked(policy)
+    # A mask inside a root is mounted after the roots (bwrap_mounts): it hides.
+    inner = [m for m in masks if m not in real_roots and any(is_under(m, r) for r in real_roots)]
+    if any(is_under(real, m) for m in inner):
+        return True
+    if any(is_under(real, s) for s in [*real_roots, *interpreter_paths()]):
         return False
-    return any(is_under(real, c) for c in ["/tmp", *_masked(policy)])
+    return any(is_under(real, c) for c in ["/tmp", *masks])
 
 
 def _mask(path: str, directory: bool) -> list[str]:
