@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.image_builders import (
@@ -496,3 +500,131 @@ def test_image_paths_outside_image_dirs_or_near_denied_paths_are_refused(
     assert off.value.code == "image_refused"
     with prepare(cache, inside, images, denied=[outside]) as prepared:  # beside it: fine
         assert len(prepared.layers) == 2
+
+
+# --- one copy, shared, bounded ----------------------------------------------------------
+
+PREPARER = """
+import json, sys, time
+from pathlib import Path
+from toolpool.images import ImageCache
+gate, root, image, images = (Path(a) for a in sys.argv[1:5])
+while not gate.exists():
+    time.sleep(0.001)
+prepared = ImageCache(root, 1 << 30).prepare(image, allowed_dirs=[images], denied=[])
+print(json.dumps([str(p) for p in prepared.layers]), flush=True)
+sys.stdin.read()  # holds its lease until told to go (or killed)
+"""
+
+
+def preparer(gate: Path, cache: ImageCache, image: Path, images: Path) -> subprocess.Popen[str]:
+    args = [sys.executable, "-c", PREPARER, str(gate), str(cache.root), str(image), str(images)]
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def small_image(images: Path, name: str, size: int) -> Path:
+    return hostile(images, [Member("data", data=name.encode() * size)], name)
+
+
+@pytest.mark.spec("V26")
+def test_concurrent_prepares_in_two_processes_end_with_one_good_copy(
+    layers: list[bytes], images: Path, cache: ImageCache, tmp_path: Path
+) -> None:
+    image = write_oci(images / "busybox", layers)
+    gate = tmp_path / "gate"
+    both = [preparer(gate, cache, image, images) for _ in range(2)]
+    gate.touch()
+    try:
+        seen = [json.loads(p.stdout.readline()) for p in both]  # type: ignore[union-attr]
+    finally:
+        for p in both:
+            p.communicate("")
+    assert [p.returncode for p in both] == [0, 0]
+    assert seen[0] == seen[1]
+    assert len(assert_only_complete(cache)) == 2
+    with prepare(cache, image, images) as prepared:
+        assert [str(p) for p in prepared.layers] == seen[0]
+        assert look(prepared, tmp_path) == SEEN
+
+
+@pytest.mark.spec("V27")
+def test_eviction_removes_least_recently_used_layers_no_lease_holds(
+    images: Path, tmp_path: Path
+) -> None:
+    roomy = ImageCache(tmp_path / "cache", 1 << 30)
+    names = ("a", "b", "c")
+    built = {n: small_image(images, n, 40_000 * (i + 1)) for i, n in enumerate(names)}
+    prepared = {n: prepare(roomy, built[n], images) for n in names}
+    size = {n: prepared[n].bytes for n in names}
+    key = {n: prepared[n].layers[0].parent.name for n in names}
+    prepared["a"].release()
+    prepared["c"].release()
+    prepare(roomy, built["a"], images).release()  # a used again: c is now the oldest unused
+    assert roomy.usage() == sum(size.values())
+
+    bounded = ImageCache(tmp_path / "cache", size["a"] + size["b"])
+    assert bounded.evict() == [f"sha256:{key['c']}"]
+    assert sorted(assert_only_complete(bounded)) == sorted([key["a"], key["b"]])
+    nothing = ImageCache(tmp_path / "cache", 0)
+    assert nothing.evict() == [f"sha256:{key['a']}"]  # b is leased
+    assert assert_only_complete(nothing) == [key["b"]]
+    assert prepared["b"].layers[0].joinpath("data").read_bytes() == b"b" * 80_000
+    prepared["b"].release()
+    assert nothing.evict() == [f"sha256:{key['b']}"]
+    assert assert_only_complete(nothing) == [] and nothing.usage() == 0
+
+
+@pytest.mark.spec("V27")
+def test_a_lease_of_another_process_holds_until_that_process_dies(
+    images: Path, cache: ImageCache, tmp_path: Path
+) -> None:
+    image = small_image(images, "x", 1000)
+    gate = tmp_path / "gate"
+    gate.touch()
+    holder = preparer(gate, cache, image, images)
+    try:
+        assert len(json.loads(holder.stdout.readline())) == 1  # type: ignore[union-attr]
+        nothing = ImageCache(cache.root, 0)
+        assert nothing.evict() == []
+        assert len(assert_only_complete(nothing)) == 1
+    finally:
+        holder.kill()  # a crashed daemon: its flocks go with it
+        holder.communicate()
+    assert len(nothing.evict()) == 1
+    assert assert_only_complete(nothing) == []
+
+
+@pytest.mark.spec("V27")
+def test_remove_stale_removes_what_a_crashed_unpack_left_and_nothing_under_way(
+    layers: list[bytes], images: Path, cache: ImageCache, tmp_path: Path
+) -> None:
+    image = write_oci(images / "busybox", layers)
+    gate = tmp_path / "gate"
+    gate.touch()
+    crashing = preparer(gate, cache, image, images)
+    process = psutil.Process(crashing.pid)
+    unpacker = None
+    while unpacker is None:  # the moment its first unpack process exists, stop it all
+        found = [c for c in process.children() if "toolpool.images.unpack" in c.cmdline()]
+        unpacker = found[0] if found else None
+    unpacker.suspend()
+    crashing.kill()
+    crashing.communicate()
+    unpacker.kill()
+    unpacker.wait()
+    left = sorted(os.listdir(cache.root / "tmp"))
+    assert len(left) == 2 and left[1] == left[0] + ".lock"  # a crash's temporary dir
+    # an unpack under way (its lock held) is not stale
+    live = cache.root / "tmp" / "f00d.live"
+    (live / "root").mkdir(parents=True)
+    lock = os.open(f"{live}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        assert cache.remove_stale() == [left[0]]
+        assert sorted(os.listdir(cache.root / "tmp")) == ["f00d.live", "f00d.live.lock"]
+    finally:
+        os.close(lock)
+    assert cache.remove_stale() == ["f00d.live"]
+    assert assert_only_complete(cache) == []
+    with prepare(cache, image, images) as prepared:
+        assert look(prepared, tmp_path) == SEEN
