@@ -27,7 +27,6 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from toolpool.images.access import admit
 from toolpool.images.errors import ImageError
@@ -66,12 +65,7 @@ class PreparedImage:
     def __enter__(self) -> PreparedImage:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

@@ -14,7 +14,6 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 
@@ -89,10 +88,5 @@ class Lease:
     def __enter__(self) -> Lease:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import toolpool
 from toolpool.images.errors import ImageError
 from toolpool.images.formats import LayerSource
 from toolpool.sandbox.policy import DEFAULT_PATH
@@ -75,7 +74,7 @@ def run_unpack(
         "address_space": limits.address_space,
         "open_files": limits.open_files,
     }
-    package_parent = str(Path(toolpool.__file__).resolve().parent.parent)
+    package_parent = str(Path(__file__).resolve().parents[2])  # where toolpool is
     env = {"PATH": DEFAULT_PATH, "PYTHONPATH": package_parent, "LANG": "C.UTF-8"}
     process = subprocess.Popen(
         [sys.executable, "-s", "-m", "toolpool.images.unpack"],
