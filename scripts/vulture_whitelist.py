@@ -9,6 +9,7 @@ from toolpool.client import base
 from toolpool.daemon import server
 from toolpool.engine.approvals import GateMode
 from toolpool.function_tool import FunctionTool
+from toolpool.images import unpack
 from toolpool.models import ErrorCode
 
 _ = base, server
@@ -22,3 +23,5 @@ FunctionTool.__wrapped__  # functools.wraps protocol: inspect follows it
 toolpool.__getattr__  # a module's __getattr__ (PEP 562): Python calls it for a missing name
 _.tb  # __exit__'s third parameter
 _.signum  # a signal handler's first parameter
+unpack._Source.readinto  # io.RawIOBase's protocol: BufferedReader calls it
+unpack._Counted.readinto
