@@ -58,20 +58,32 @@ def current_rlimits() -> dict[int, tuple[int, int]]:
     return found
 
 
+_own_procs: tuple[int, list[Path]] = (0, [])  # (our pid, our cgroup.procs files)
+
+
 def own_cgroup_procs() -> list[int]:
     """The ``cgroup.procs`` of this process's own cgroup in every hierarchy where it
     may place processes, opened for writing (close them when done): a command that
-    joins them is counted and limited as our own child would be (SPEC X7)."""
-    opened = []
-    try:
-        for hierarchy in discover():
-            procs = hierarchy.own / "cgroup.procs"
-            opened.append(os.open(procs, os.O_WRONLY | os.O_CLOEXEC))
-    except BaseException:
-        for fd in opened:
-            os.close(fd)
-        raise
-    return opened
+    joins them is counted and limited as our own child would be (SPEC X7). Where they
+    are is looked up once per process (a worker stays in its cgroups; reading the
+    mount table costs more than the rest of a start), and again if one is gone."""
+    global _own_procs
+    pid = os.getpid()
+    for fresh in (False, True):
+        if fresh or _own_procs[0] != pid:
+            _own_procs = (pid, [h.own / "cgroup.procs" for h in discover()])
+        opened: list[int] = []
+        try:
+            for procs in _own_procs[1]:
+                opened.append(os.open(procs, os.O_WRONLY | os.O_CLOEXEC))
+        except BaseException as exc:
+            for fd in opened:
+                os.close(fd)
+            if fresh or not isinstance(exc, FileNotFoundError):
+                raise
+            continue
+        return opened
+    raise AssertionError("unreachable: the second look returns or raises")
 
 
 class SpawnedCommand:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent import futures
 from typing import Any
 
 from toolpool.cancel import Cancelled
@@ -37,6 +38,9 @@ from toolpool.tools.shell_state import CommandShell, SavedShell
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
 IN_SESSION_FDS = (3, 4)  # the shell's memory files, as the session sandbox gives them
+# Threads that read commands' output, kept: starting one per call costs more than
+# the rest of a command's start in a session sandbox.
+_READERS = futures.ThreadPoolExecutor(32, thread_name_prefix="toolpool-bash-output")
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when ending the command
 DRAIN_AFTER_EXIT = 1.0  # seconds to keep reading after the shell exited
 _CHUNK = 65536
@@ -148,10 +152,7 @@ class Bash:
             output.close()
             raise
         stop = threading.Event()
-        reader = threading.Thread(
-            target=read_output, args=(run.output_fd, output, stop), daemon=True
-        )
-        reader.start()
+        reader = _READERS.submit(read_output, run.output_fd, output, stop)
         timed_out = False
         note = None
         try:
@@ -167,10 +168,10 @@ class Bash:
         finally:
             shell.close()
             # Background processes may hold the pipe: read on for a moment, then stop.
-            reader.join(DRAIN_AFTER_EXIT)
+            futures.wait([reader], DRAIN_AFTER_EXIT)
             stop.set()
             run.end(KILL_GRACE)
-            reader.join()
+            reader.result()
             run.close()
             output.close()
         text, cut = output.text()

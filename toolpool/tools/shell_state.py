@@ -99,12 +99,14 @@ class SavedShell:
         self.workspace = workspace
         self._roots = tuple(os.path.realpath(r) for r in (workspace, *roots))
         self.persistent = persistent
+        self._saved_cwd: bytes | None = None  # as start_cwd read it: unchanged, not written
 
     def start_cwd(self) -> Path:
         """Where the next command starts: the saved directory while it still is one
         inside the roots, else the workspace."""
         try:
-            saved = (self.directory / _CWD_FILE).read_bytes().decode()
+            self._saved_cwd = (self.directory / _CWD_FILE).read_bytes()
+            saved = self._saved_cwd.decode()
         except (OSError, UnicodeDecodeError):
             return self.workspace
         if self._inside(saved) and os.path.isdir(saved):
@@ -160,11 +162,13 @@ class SavedShell:
             return None
         cwd, _, state = report.partition(b"\0")
         path = cwd.decode(errors="replace")
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self._saved_cwd is None or self.persistent:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.persistent:
             _replace(self.directory / _STATE_FILE, state)
         if path and self._inside(path) and os.path.isdir(path):
-            _replace(self.directory / _CWD_FILE, path.encode())
+            if cwd != self._saved_cwd:
+                _replace(self.directory / _CWD_FILE, cwd)
             return None
         with contextlib.suppress(FileNotFoundError):
             (self.directory / _CWD_FILE).unlink()
