@@ -8,7 +8,7 @@ from typing import Any
 
 from bench import perfdso
 from bench.format import MiB, num, pcells, times
-from bench.scenarios import scale, session, shells
+from bench.scenarios import environment, scale, session, shells
 from bench.targets import describe_flood, describe_session_limit, targets
 
 
@@ -304,6 +304,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
                     f"| {kind} | {m['bash true']:.2f} | {m['ls']:.2f} | "
                     f"{m['fork-exec true']:.2f} | {row['added_ms']:.2f} |"
                 )
+
+    if env := data.get("environment"):
+        lines += environment.report(env)
 
     if sc := data.get("scale"):
         lines += scale.report(sc)

@@ -33,6 +33,7 @@ from bench.common import REPO, dump, machine
 from bench.scenarios import (
     confinement,
     cpu,
+    environment,
     flood,
     interrupts,
     overhead,
@@ -55,6 +56,7 @@ SCENARIOS = (
     "interrupts",
     "recovery",
     "confinement",
+    "environment",
     "peers",
     "soak",
     "flood",
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = recovery.run(args.quick, workspace)
             elif name == "confinement":
                 data[name] = confinement.run(args.quick, workspace)
+            elif name == "environment":
+                data[name] = environment.run(args.quick, workspace)
             elif name == "peers":
                 data[name] = peers.run(args.quick, workspace)
             elif name == "soak":

@@ -29,6 +29,8 @@ SCENARIOS = (
     "session",
     "interrupts",
     "recovery",
+    "confinement",
+    "environment",
     "peers",
     "soak",
     "flood",
@@ -117,6 +119,23 @@ def test_quick_bench_writes_every_scenario_with_its_samples(
     assert stream["errors"] == 0
     assert len(stream["samples"]) == stream["with_crashes_ms"]["n"]
 
+    through = data["confinement"]["through_daemon"]  # V1: each kind of start, measured
+    assert set(through) == {
+        "session sandbox",
+        "session sandbox, network",
+        "a sandbox each",
+        "a sandbox each, network",
+    }
+    assert all(
+        row["median_ms"]["bash true"] > row["median_ms"]["fork-exec true"] > 0
+        for row in through.values()
+    )
+    environment = data["environment"]
+    assert set(environment) == {"host root", "host root, network"}
+    assert all(
+        row["first_command_ms"] > 0 and row["idle_rss_mib"] > 0 for row in environment.values()
+    )
+
     peers = data["peers"]["throughput_calls_per_second"]
     assert {"ProcessPoolExecutor", "multiprocess.Pool", "toolpool"} <= set(peers)
     assert all(set(rates) == {"no-op", "sleep 20 ms", "cpu 20 ms"} for rates in peers.values())
@@ -135,6 +154,7 @@ def test_quick_bench_reports_targets_tables_and_plots(quick_run: tuple[Path, Pat
         "## Mixed turns",
         "## Interrupts",
         "## Recovery",
+        "## Environment",
         "## Peers",
         "## Memory at idle",
         "## Soak",

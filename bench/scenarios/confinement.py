@@ -85,7 +85,7 @@ def run(quick: bool, workspace: Path) -> dict[str, Any]:
         },
         "added_ms": round(medians[FULL] - medians["none"], 2),
         "added_network_ms": round(medians[networked] - medians["none"], 2),
-        "through_daemon": through_daemon(20 if quick else 50, workspace),
+        "through_daemon": through_daemon(10 if quick else 50, workspace),
     }
 
 

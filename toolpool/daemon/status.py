@@ -27,6 +27,7 @@ def daemon_status(
     """Sessions (their background shells too), clients and what waits for them, the
     pool's workers, the sandbox."""
     shells = {} if pool is None else pool.shells.listing()
+    sandboxes = {} if pool is None else pool.shells.sandboxes.listing()
     by_session = {}
     for session_id, entry in sessions.items():
         stats = entry.session.statistics()
@@ -38,6 +39,8 @@ def daemon_status(
             "open_breakers": entry.session.breaker.statistics().open,
             "turn_running": stats.turn_running,
             "shells": shells.get(session_id, []),
+            "shell": entry.session.options.shell.value,
+            "sandboxes": sandboxes.get(session_id, []),  # V1: network, state, pid
         }
     status: dict[str, Any] = {
         "pid": os.getpid(),
