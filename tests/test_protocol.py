@@ -258,6 +258,8 @@ def test_the_call_context_is_a_map_on_the_wire() -> None:
         "extra_roots": ["/a", "/b"],
         "allow_network": False,
         "persistent_shell": False,
+        "root": "host",
+        "layer_bytes": 0,
         "scratch_dir": None,
     }
     # A peer that leaves out the optional fields is read with their defaults.

@@ -45,6 +45,16 @@ class Shell(StrEnum):
     PERSISTENT = "persistent"  # its variables, functions, options and aliases too
 
 
+class Root(StrEnum):
+    """What a session's commands have as their root file system (SPEC V12)."""
+
+    HOST = "host"  # the host's, read-only
+    OVERLAY = "overlay"  # the host's, copy-on-write for this session alone
+
+
+DEFAULT_LAYER_BYTES = 1024**3  # a session's copy-on-write layer (root = "overlay")
+
+
 class SessionOptionError(ValueError):
     """A session option that is unknown, or whose value its parser refuses."""
 
@@ -106,6 +116,7 @@ def _choice(kind: type[StrEnum]) -> Parser:
 _gate_mode = _choice(GateMode)
 _on_error = _choice(OnError)
 _shell = _choice(Shell)
+_root = _choice(Root)
 
 
 def _profile(value: Any) -> str:
@@ -199,6 +210,10 @@ class SessionOptions:
     )
     tool_profile: str = option(DEFAULT_PROFILE, _profile, "whose tool names (F12)")
     shell: Shell = option(Shell.FRESH, _shell, "what bash keeps between commands (V11)")
+    root: Root = option(Root.HOST, _root, "the commands' root: the host's, or an overlay (V12)")
+    layer_bytes: int | None = option(
+        None, _count(1024 * 1024), "the size of the session's copy-on-write layer (V12)"
+    )
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SessionOptions:

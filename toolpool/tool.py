@@ -98,6 +98,8 @@ class ToolContext:
     extra_roots: tuple[Path, ...] = ()
     allow_network: bool = False
     persistent_shell: bool = False  # the session's shell = "persistent" (SPEC V11)
+    root: str = "host"  # the session's root = "host" or "overlay" (SPEC V12)
+    layer_bytes: int = 0  # its copy-on-write layer's size (0: the default)
     scratch_dir: Path | None = None
     cancel_token: CancelToken = field(default_factory=CancelToken)
     progress: Callable[[Any], None] = _no_progress

@@ -149,6 +149,8 @@ class Session:
             extra_roots=self.extra_roots,
             allow_network=self.allow_network,
             persistent_shell=self.persistent_shell,
+            root=self.options.root.value,
+            layer_bytes=self.options.layer_bytes or 0,
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
             limits=self.call_limits,

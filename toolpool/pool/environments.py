@@ -22,17 +22,22 @@ its sockets are removed with the runtime dir, or at the next start.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import shutil
+import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolpool.protocol import CallContext
+from toolpool.sandbox.layers import RootLayer, remove_layers
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.session_box import SandboxStartError, SessionSandbox
+from toolpool.session_options import DEFAULT_LAYER_BYTES
 
 log = logging.getLogger("toolpool.pool")
 
@@ -52,17 +57,20 @@ class SessionSandboxes:
 
     def __init__(self) -> None:
         self._entries: dict[Key, _Entry] = {}
+        self._layers: dict[str, RootLayer] = {}  # the sessions' copy-on-write roots (V12)
+        self._layers_lock = threading.Lock()  # made in the start threads
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="toolpool-sandboxes")
         self._directory: Path | None = None
         self._profile = SandboxProfile.nothing()
         self._policy: Policy | None = None
         self._open = False
         self.opened = False
+        self._names = itertools.count(1)
 
     def open(self, runtime_dir: Path, profile: SandboxProfile, policy: Policy) -> None:
         """Sandboxes are offered from now on, their sockets under ``runtime_dir``."""
         directory = runtime_dir / "s"  # short: the sockets' paths must fit AF_UNIX's 108 bytes
-        shutil.rmtree(directory, ignore_errors=True)  # a dead daemon's sockets
+        remove_layers(directory)  # a dead daemon's sockets and layers
         directory.mkdir(mode=0o700)
         self._directory = directory
         self._profile, self._policy = profile, policy
@@ -107,6 +115,9 @@ class SessionSandboxes:
         directory, profile, policy = self._directory, self._profile, self._policy
 
         def start() -> SessionSandbox:
+            root: Sequence[str] = HOST_ROOT
+            if context.root == "overlay":
+                root = self._layer(context, directory).root_args()
             return SessionSandbox.start(
                 roots=roots,
                 network=entry.network,
@@ -114,6 +125,7 @@ class SessionSandboxes:
                 socket_dir=directory,
                 policy=policy,
                 profile=profile,
+                root=root,
             )
 
         key = (context.session_id, entry.network)
@@ -136,10 +148,37 @@ class SessionSandboxes:
 
         started.add_done_callback(settle)
 
+    async def root_of(self, context: CallContext) -> Sequence[str]:
+        """bubblewrap's root arguments for the session's own root (V12): its layer,
+        made now if no sandbox of it made it yet. Raises SandboxStartError."""
+        if context.root == "host":
+            return HOST_ROOT
+        directory = self._directory
+        if directory is None:
+            raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
+        loop = asyncio.get_running_loop()
+        layer = await loop.run_in_executor(self._threads, self._layer, context, directory)
+        return layer.root_args()
+
+    def _layer(self, context: CallContext, directory: Path) -> RootLayer:
+        """The session's copy-on-write root, made on its first sandbox's start (in a
+        start thread); one for all its sandboxes."""
+        with self._layers_lock:
+            layer = self._layers.get(context.session_id)
+            if layer is None:
+                size = context.layer_bytes or DEFAULT_LAYER_BYTES
+                layer = RootLayer.make(directory / f"{next(self._names):x}.l", size)
+                self._layers[context.session_id] = layer
+            return layer
+
     async def end_session(self, session_id: str) -> None:
-        """The session closes: its sandboxes end, everything in them with them."""
+        """The session closes: its sandboxes end, everything in them with them, and
+        then its layer."""
         ending = [k for k in self._entries if k[0] == session_id]
         await asyncio.gather(*(self._end(self._entries.pop(k)) for k in ending))
+        layer = self._layers.pop(session_id, None)
+        if layer is not None:
+            await asyncio.get_running_loop().run_in_executor(self._threads, layer.remove)
 
     async def close(self) -> None:
         """End every sandbox; no new one starts."""
@@ -148,8 +187,11 @@ class SessionSandboxes:
         self._entries.clear()
         await asyncio.gather(*(self._end(e) for e in entries))
         self._threads.shutdown(wait=True)
+        for layer in self._layers.values():
+            layer.remove()
+        self._layers.clear()
         if self._directory is not None:
-            shutil.rmtree(self._directory, ignore_errors=True)
+            remove_layers(self._directory)
 
     async def _end(self, entry: _Entry) -> None:
         try:
@@ -174,5 +216,9 @@ class SessionSandboxes:
             row: dict[str, object] = {"network": network, "state": state}
             if state == "running":
                 row["pid"] = entry.ready.result().pid
+            layer = self._layers.get(session_id)
+            row["root"] = "host" if layer is None else "overlay"
+            if layer is not None:
+                row["layer_used_bytes"] = layer.used_bytes()
             by_session.setdefault(session_id, []).append(row)
         return by_session

@@ -91,6 +91,8 @@ class PoolExecutor:
             extra_roots=tuple(str(p) for p in ctx.extra_roots),
             allow_network=network,
             persistent_shell=ctx.persistent_shell,
+            root=ctx.root,
+            layer_bytes=ctx.layer_bytes,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
         )
         if len(self._contexts) >= _CACHE_MAX:

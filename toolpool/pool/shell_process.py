@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from toolpool.sandbox import confine_exec
 from toolpool.sandbox.cgroups import CallAccounting, CgroupTree, WorkerCgroup
 from toolpool.sandbox.command import Confinement, confined
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.terminate import (
@@ -152,6 +153,7 @@ def launch(
     mark: str,
     profile: SandboxProfile,
     policy: Policy,
+    root: Sequence[str] = HOST_ROOT,
 ) -> tuple[subprocess.Popen[bytes], Confinement, int]:
     """Start ``command`` confined: its process, its sandbox (``started()`` is the
     caller's to call) and the read end of its output pipe. Call it from the event
@@ -169,6 +171,7 @@ def launch(
         tmp_bytes=limits.tmp_bytes,
         env=env,
         cwd=(cwd := _start_cwd(context, workspace)),
+        root=root,
     ) as box:
         # A worker of a network-less session lives in an empty network namespace,
         # and so do its commands; bubblewrap makes its own, else the wrapper does.

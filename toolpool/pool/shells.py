@@ -42,7 +42,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
@@ -59,6 +59,7 @@ from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.sandbox.terminate import CgroupMembers, terminate
 
@@ -145,13 +146,16 @@ class ShellSupervisor:
             text = f"The background shell request failed: {type(exc).__name__}: {exc}"
             return ShellReply(call_id, request_id, error=text)
 
+    def _open_sandboxes(self) -> None:
+        if not self.sandboxes.opened:
+            processes = self._processes
+            self.sandboxes.open(processes.runtime_dir, processes.profile, processes.policy)
+
     async def _sandbox(self, context: CallContext, limits: Limits) -> str:
         """The socket of the session's sandbox; empty where there are none."""
         if not self._open:
             raise ShellRefused("Commands cannot start: the daemon is stopping.")
-        if not self.sandboxes.opened:
-            processes = self._processes
-            self.sandboxes.open(processes.runtime_dir, processes.profile, processes.policy)
+        self._open_sandboxes()
         if not self.sandboxes.offered:
             return ""
         return str(await self.sandboxes.socket_for(context, limits))
@@ -165,13 +169,14 @@ class ShellSupervisor:
         if context.scratch_dir is None:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
         client = self.client_of(context.session_id)
+        root = await self._root(context)
         for attempt in range(1, START_ATTEMPTS + 1):
             # The caps are judged at each attempt: a retry must not overrun them.
             running = [(s.session_id, s.client) for s in self.running()]
             refusal = self.caps.refusal(running, context.session_id, client)
             if refusal is not None:
                 raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
-            shell = self._spawn(context, limits, command, client)
+            shell = self._spawn(context, limits, command, client, root)
             failure, again = await self._started(shell)
             if failure is None:
                 pid, extra = shell.process.pid, {"session": shell.session_id}
@@ -297,8 +302,23 @@ class ShellSupervisor:
 
     # -- a shell's life ---------------------------------------------------------------------
 
+    async def _root(self, context: CallContext) -> Sequence[str]:
+        """What a shell of the session has as /: the session's own root (V12)."""
+        if context.root == "host":
+            return HOST_ROOT
+        self._open_sandboxes()
+        try:
+            return await self.sandboxes.root_of(context)
+        except SandboxStartError as exc:
+            raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
+
     def _spawn(
-        self, context: CallContext, limits: Limits, command: str, client: Hashable | None
+        self,
+        context: CallContext,
+        limits: Limits,
+        command: str,
+        client: Hashable | None,
+        root: Sequence[str],
     ) -> Shell:
         """Start the confined command, its output's reader and its exit's watch."""
         assert context.scratch_dir is not None
@@ -310,7 +330,9 @@ class ShellSupervisor:
         mark = f"{os.getpid()}:{shell_id}"
         profile, policy = self._processes.profile, self._processes.policy
         try:
-            process, box, read_fd = launch(context, limits, command, cgroup, mark, profile, policy)
+            process, box, read_fd = launch(
+                context, limits, command, cgroup, mark, profile, policy, root
+            )
         except BaseException:
             output.close()
             if cgroup is not None:

@@ -50,6 +50,8 @@ class CallContext:
     extra_roots: tuple[str, ...] = ()
     allow_network: bool = False
     persistent_shell: bool = False
+    root: str = "host"
+    layer_bytes: int = 0
     scratch_dir: str | None = None
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from toolpool.errors import ToolError
 from toolpool.sandbox import confine_exec, seccomp
-from toolpool.sandbox.mounts import PRIVATE_HOME, bwrap_mounts
+from toolpool.sandbox.mounts import HOST_ROOT, PRIVATE_HOME, bwrap_mounts
 from toolpool.sandbox.network import NetworkSetupError, OutboundNetwork
 from toolpool.sandbox.policy import Policy, active_policy
 from toolpool.sandbox.profile import SandboxProfile, active_profile
@@ -194,6 +194,7 @@ def _bwrap(
     tmp_bytes: int | None,
     box: Confinement,
     pass_fds: list[int],
+    root: Sequence[str],
 ) -> list[str]:
     """bubblewrap's command line. The command runs in a new user namespace as our own
     uid, so every capability set (bounding included) is empty and cannot be regained,
@@ -203,7 +204,7 @@ def _bwrap(
     outer += ["--unshare-ipc", "--unshare-uts", "--unshare-user"]
     outer += ["--uid", str(os.getuid()), "--gid", str(os.getgid()), "--disable-userns"]
     outer += ["--cap-drop", "ALL"]
-    outer += bwrap_mounts(roots, policy, tmp_bytes or DEFAULT_TMP_BYTES)
+    outer += bwrap_mounts(roots, policy, tmp_bytes or DEFAULT_TMP_BYTES, root)
     if not network:
         outer.append("--unshare-net")
     elif profile.active("netns-outbound"):
@@ -270,10 +271,12 @@ def confined(
     tmp_bytes: int | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    root: Sequence[str] = HOST_ROOT,
 ) -> Iterator[Confinement]:
     """The argv that runs ``argv`` confined, its environment and the descriptors it
     must inherit; they are closed when the block ends (start the process inside it,
-    in ``cwd`` — the workspace unless given —, and call ``started()``)."""
+    in ``cwd`` — the workspace unless given —, and call ``started()``). ``root``:
+    bubblewrap's arguments that mount / (the host's, read-only, unless given)."""
     profile = profile or active_profile()
     policy = policy or active_policy()
     roots = [workspace, *writable]
@@ -299,7 +302,7 @@ def confined(
         if use_bwrap:
             start_in = cwd or workspace
             command = _bwrap(
-                argv, roots, start_in, network, profile, policy, tmp_bytes, box, pass_fds
+                argv, roots, start_in, network, profile, policy, tmp_bytes, box, pass_fds, root
             )
             layers += ["bwrap", "user namespace, no capabilities"]
             if box._network is not None:

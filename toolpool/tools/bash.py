@@ -218,6 +218,12 @@ def _start(
     argv = ["bash", "-c", command]
     cwd = state.start_cwd()
     sandbox = ctx.shells.sandbox() if ctx.shells is not None else None
+    if sandbox is None and ctx.root != "host":
+        raise ToolError(
+            f'This session\'s root is "{ctx.root}", which only a session sandbox of the '
+            "daemon gives (here every command would get the host's root).",
+            code="sandbox_failed",
+        )
     shell = state.command_shell(IN_SESSION_FDS if sandbox is not None else None)
     try:
         if sandbox is None:

@@ -436,6 +436,8 @@ def tool_context(
         extra_roots=places.extra_roots,
         allow_network=context.allow_network,
         persistent_shell=context.persistent_shell,
+        root=context.root,
+        layer_bytes=context.layer_bytes,
         scratch_dir=places.scratch_dir,
         cancel_token=token,
         progress=progress,
