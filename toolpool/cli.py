@@ -335,10 +335,26 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     console.print(f"[bold]confined command[/]: [{style}]{'works' if ok else 'FAILS'}[/] — {detail}")
     from toolpool.sandbox.selfcheck import session_self_check
 
-    # One sandbox per session (SPEC V1): not yet what calls run in, so reported only.
-    session_ok, session_detail = session_self_check(profile)
-    mark = "[green]works[/]" if session_ok else "[yellow]FAILS[/]"
+    # One sandbox per session (SPEC V1): where the mechanism is on, commands start in
+    # it, so its failing is the doctor's failing; off, commands get a sandbox each.
+    session_ok = True
+    if profile.active("session"):
+        session_ok, session_detail = session_self_check(profile)
+        mark = "[green]works[/]" if session_ok else "[red]FAILS[/]"
+    else:
+        session_detail = "off: each command gets a sandbox of its own (see the profile above)"
+        mark = "[yellow]off[/]"
     console.print(f"[bold]session sandbox[/]: {mark} — {session_detail}")
+    if os.geteuid() == 0:
+        console.print(
+            '[bold]root = "overlay"[/]: offered (the daemon runs as root and mounts each '
+            "session's layer)"
+        )
+    else:
+        console.print(
+            '[bold]root = "overlay"[/]: [yellow]off[/] — the overlay of the host\'s root '
+            "is mounted by a daemon run as root; this user's sessions keep the host's root"
+        )
     if os.geteuid() == 0:
         console.print(
             "[yellow]running as root[/]: commands run without capabilities, but still pass "
@@ -347,7 +363,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         )
     rg = shutil.which("rg")
     console.print(f"[bold]ripgrep[/]: {rg or 'missing (install the Debian package ripgrep)'}")
-    return ExitCode.OK if ok else ExitCode.FAILED
+    return ExitCode.OK if ok and session_ok else ExitCode.FAILED
 
 
 def _cmd_mcp_serve(args: argparse.Namespace) -> int:
