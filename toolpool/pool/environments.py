@@ -37,7 +37,7 @@ from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.session_box import SandboxStartError, SessionSandbox
-from toolpool.session_options import DEFAULT_LAYER_BYTES
+from toolpool.session_options import DEFAULT_LAYER_BYTES, Root
 
 log = logging.getLogger("toolpool.pool")
 
@@ -116,7 +116,7 @@ class SessionSandboxes:
 
         def start() -> SessionSandbox:
             root: Sequence[str] = HOST_ROOT
-            if context.root == "overlay":
+            if context.root == Root.OVERLAY:
                 root = self._layer(context, directory).root_args()
             return SessionSandbox.start(
                 roots=roots,
@@ -151,7 +151,7 @@ class SessionSandboxes:
     async def root_of(self, context: CallContext) -> Sequence[str]:
         """bubblewrap's root arguments for the session's own root (V12): its layer,
         made now if no sandbox of it made it yet. Raises SandboxStartError."""
-        if context.root == "host":
+        if context.root == Root.HOST:
             return HOST_ROOT
         directory = self._directory
         if directory is None:

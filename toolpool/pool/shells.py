@@ -62,6 +62,7 @@ from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.sandbox.terminate import CgroupMembers, terminate
+from toolpool.session_options import Root
 
 log = logging.getLogger("toolpool.pool")
 
@@ -304,7 +305,7 @@ class ShellSupervisor:
 
     async def _root(self, context: CallContext) -> Sequence[str]:
         """What a shell of the session has as /: the session's own root (V12)."""
-        if context.root == "host":
+        if context.root == Root.HOST:
             return HOST_ROOT
         self._open_sandboxes()
         try:
