@@ -16,7 +16,7 @@ from toolpool.models import ErrorCode
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.tools.bash import bash
 
-from .daemon_support import Daemon, shared_daemon
+from .daemon_support import Daemon, running_daemon, shared_daemon, start_daemon
 from .shell_support import call, read_until, wait_until
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -142,3 +142,28 @@ def test_V12_a_layer_bytes_below_a_mebibyte_is_refused(workspace: Path) -> None:
             coordinator.open_session(workspace, layer_bytes=1000)
     finally:
         coordinator.close()
+
+
+@pytest.mark.spec("V12")
+def test_V12_a_dead_daemons_layers_are_unmounted_at_the_next_start(
+    tmp_path: Path, workspace: Path
+) -> None:
+    runtime = tmp_path / "rt"
+    first = start_daemon(tmp_path, runtime=runtime)
+    try:
+        with (
+            Client(runtime_dir=runtime, timeout=60) as client,
+            client.session(workspace, root="overlay") as session,
+        ):
+            assert call(session, "bash", command="echo x > /etc/left").text.endswith("0")
+            assert overlays_under(runtime)  # its layer: a tmpfs and an overlay of /
+            first.process.kill()  # a crash: no clean-up of its own
+            first.process.wait()
+    finally:
+        if first.process.poll() is None:
+            first.process.kill()
+            first.process.wait()
+    assert overlays_under(runtime)  # left mounted by the dead daemon
+    with running_daemon(tmp_path, runtime=runtime):
+        assert not overlays_under(runtime)
+        assert not (runtime / f"workers-{first.pid}").exists()

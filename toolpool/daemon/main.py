@@ -44,6 +44,7 @@ from toolpool.runtime import (
     write_private,
 )
 from toolpool.sandbox.cgroups import remove_stale_cgroups
+from toolpool.sandbox.layers import remove_layers
 from toolpool.sandbox.policy import Policy, default_deny_read
 
 log = logging.getLogger("toolpool.daemon")
@@ -106,7 +107,11 @@ def _remove_stale_run_directories(runtime: Path) -> None:
             if not pid.isdigit() or not stale.is_dir() or stale.is_symlink():
                 continue
             if int(pid) == os.getpid() or not process_alive(int(pid)):
-                shutil.rmtree(stale, ignore_errors=True)
+                try:
+                    remove_layers(stale)  # its sessions' layers unmounted first (V12)
+                except OSError as exc:
+                    log.warning("left %s: %s", stale, exc)
+                    continue
                 removed.append(stale.name)
     if removed:
         log.info("removed what an earlier daemon left in %s: %s", runtime, ", ".join(removed))

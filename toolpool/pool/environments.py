@@ -178,7 +178,10 @@ class SessionSandboxes:
         await asyncio.gather(*(self._end(self._entries.pop(k)) for k in ending))
         layer = self._layers.pop(session_id, None)
         if layer is not None:
-            await asyncio.get_running_loop().run_in_executor(self._threads, layer.remove)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._threads, layer.remove)
+            except OSError as exc:
+                log.error("the layer of session %s stays: %s", session_id, exc)
 
     async def close(self) -> None:
         """End every sandbox; no new one starts."""
@@ -187,11 +190,12 @@ class SessionSandboxes:
         self._entries.clear()
         await asyncio.gather(*(self._end(e) for e in entries))
         self._threads.shutdown(wait=True)
-        for layer in self._layers.values():
-            layer.remove()
-        self._layers.clear()
+        self._layers.clear()  # each is under the directory: removed with it
         if self._directory is not None:
-            remove_layers(self._directory)
+            try:
+                remove_layers(self._directory)
+            except OSError as exc:
+                log.error("the sessions' layers stay: %s", exc)
 
     async def _end(self, entry: _Entry) -> None:
         try:

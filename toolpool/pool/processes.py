@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -29,6 +28,7 @@ from toolpool.pool.zygote import Zygote, ZygoteError
 from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CgroupTree, WorkerCgroup
+from toolpool.sandbox.layers import remove_layers
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.terminate import (
@@ -205,7 +205,10 @@ class WorkerProcesses:
         if self.cgroups is not None:
             self.cgroups.close()
         if self._owns_runtime_dir and self._runtime_dir is not None:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            try:  # never through a session's layer still mounted (V12)
+                remove_layers(self._runtime_dir)
+            except OSError as exc:
+                log.error("the runtime dir stays: %s", exc)
 
     # -- one worker ---------------------------------------------------------------------
 

@@ -109,16 +109,25 @@ class RootLayer:
         remove_layers(self.directory)
 
 
-def remove_layers(directory: Path) -> None:
-    """Unmount every mount at or under ``directory`` (the deepest first) and remove
-    it: a session's layer, or what a dead daemon left under its runtime dir."""
+def mounts_under(directory: Path) -> list[str]:
+    """The mount points at or under ``directory``, the deepest first."""
     real = os.path.realpath(directory)
-    mounts = []
+    found = []
     with contextlib.suppress(OSError), open("/proc/self/mountinfo") as table:
         for line in table:
             point = line.split()[4].encode().decode("unicode_escape")
             if point == real or point.startswith(real.rstrip("/") + "/"):
-                mounts.append(point)
-    for point in sorted(mounts, key=len, reverse=True):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def remove_layers(directory: Path) -> None:
+    """Unmount every mount at or under ``directory`` (the deepest first) and remove
+    it: a session's layer, or what a dead daemon left under its runtime dir. Never
+    removes through a mount that stays (a merged root is the whole host's tree):
+    then it is left, and OSError says why."""
+    for point in mounts_under(directory):
         _unmount(Path(point))
+    if mounts_under(directory):
+        raise OSError(f"{directory} still holds mounts: left in place")
     shutil.rmtree(directory, ignore_errors=True)
