@@ -48,14 +48,12 @@ def _limit(value: int) -> int:
     return 2**64 - 1 if value == resource.RLIM_INFINITY else value
 
 
+_RLIMITS = sorted({getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")})
+
+
 def current_rlimits() -> dict[int, tuple[int, int]]:
     """Every rlimit of this process: what a child of ours would inherit."""
-    found = {}
-    for name in dir(resource):
-        if name.startswith("RLIMIT_"):
-            number = getattr(resource, name)
-            found[number] = resource.getrlimit(number)
-    return found
+    return {number: resource.getrlimit(number) for number in _RLIMITS}
 
 
 _own_procs: tuple[int, list[Path]] = (0, [])  # (our pid, our cgroup.procs files)

@@ -15,13 +15,15 @@ gets reads the same: the output's descriptor, ``wait``, ``end``, ``failure``.
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol
 
 from toolpool.cancel import Cancelled
@@ -36,7 +38,7 @@ from toolpool.sandbox.command import (
 )
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import PRIVATE_HOME
-from toolpool.sandbox.policy import active_policy
+from toolpool.sandbox.policy import Policy, active_policy
 from toolpool.sandbox.spawn import SpawnedCommand, SpawnError, current_rlimits, own_cgroup_procs
 from toolpool.sandbox.spawn import spawn as spawn_in
 from toolpool.sandbox.terminate import ProcessGroup, ProcessSet, ProcessTree, Together, terminate
@@ -138,9 +140,7 @@ def start_in_session(
     """``argv`` started in the session sandbox serving ``socket_path``. Raises
     SpawnError when the sandbox cannot be reached (ask the pool again), ToolError
     ``sandbox_failed`` when its helper could not start the command."""
-    env = active_policy().environment({"HOME": PRIVATE_HOME})
-    env.update(ENV)
-    env.update(shell.env)
+    env = {**_base_environment(active_policy()), **shell.env}
 
     def attempt(last: bool) -> Run | None:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
@@ -183,6 +183,13 @@ def start_in_session(
         return None
 
     return _retried(attempt)
+
+
+@functools.lru_cache(maxsize=4)
+def _base_environment(policy: Policy) -> Mapping[str, str]:
+    """A command's environment but the shell's own variables: the policy's allowlist
+    of this process's environment (a worker's does not change), HOME, ENV."""
+    return MappingProxyType({**policy.environment({"HOME": PRIVATE_HOME}), **ENV})
 
 
 def _ready(command: SpawnedCommand, ctx: ToolContext) -> bool:
