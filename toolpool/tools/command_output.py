@@ -12,6 +12,7 @@ import select
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from toolpool.tool import ToolContext
 from toolpool.tools.head_tail import HeadAndTail
@@ -29,10 +30,7 @@ class CommandOutput:
 
     def __init__(self, spill: Path, ctx: ToolContext, spill_limit: int) -> None:
         self.spill_path = spill
-        # Only the daemon's user may read it: another user must not see what ran (X8).
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(spill, flags, 0o600)
-        self._spill = os.fdopen(fd, "wb")
+        self._spill: BinaryIO | None = None  # made with the first output: none, no file
         self._spill_limit = spill_limit
         self.spilled = 0  # bytes in the spill file, the note aside
         self.spill_truncated = False
@@ -61,6 +59,10 @@ class CommandOutput:
         if self.spill_truncated:
             return
         data = text.encode("utf-8", errors="replace")
+        if self._spill is None:
+            # Only the daemon's user may read it: another user must not see what ran (X8).
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            self._spill = os.fdopen(os.open(self.spill_path, flags, 0o600), "wb")
         room = self._spill_limit - self.spilled
         if len(data) > room:
             data = data[:room]
@@ -91,7 +93,8 @@ class CommandOutput:
 
     def close(self) -> None:
         self.stream(final=True)
-        self._spill.close()
+        if self._spill is not None:
+            self._spill.close()
 
     @property
     def total_chars(self) -> int:
