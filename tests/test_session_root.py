@@ -112,6 +112,10 @@ def test_V12_the_layer_is_bounded_and_the_masks_hold(
             session, "bash", command="echo again > /usr/local/small && cat /usr/local/small"
         )
         assert output(again) == "again"
+        # apt, in the session's own root, keeps to the user it runs as
+        apt = call(session, "bash", command="apt-config dump | grep Sandbox::User")
+        assert output(apt) == 'APT::Sandbox::User "root";'
+        assert not Path("/etc/apt/apt.conf.d/99toolpool-sandbox").exists()
         # the runtime dir (its sockets, its layers) is out of sight as with the host root
         hidden = call(session, "bash", command=f"ls {daemon.runtime}")
         assert "workers" not in output(hidden)

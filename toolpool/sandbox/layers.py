@@ -84,6 +84,7 @@ class RootLayer:
             )
             for name in ("upper", "work", "merged"):
                 (directory / name).mkdir(mode=0o755)
+            _apt_as_root(directory / "upper")
             options = f"lowerdir=/,upperdir={directory / 'upper'},workdir={directory / 'work'}"
             _mount("toolpool-root", layer.merged, "overlay", 0, options + ",redirect_dir=on")
         except BaseException:
@@ -107,6 +108,21 @@ class RootLayer:
         """Unmount the overlay and the tmpfs (lazily: a process still inside keeps its
         view until it ends) and remove the directory; idempotent."""
         remove_layers(self.directory)
+
+
+# apt drops to "_apt" for its downloads, which needs capabilities a command lacks
+# (X5): in the session's own root it runs them as the user it is.
+APT_SANDBOX = 'APT::Sandbox::User "root";\n'
+
+
+def _apt_as_root(upper: Path) -> None:
+    """Where the host has apt, the session's layer starts with its sandbox user set to
+    root (a file of the upper layer: the host's /etc stays as it is)."""
+    if not os.path.isdir("/etc/apt/apt.conf.d"):
+        return
+    conf = upper / "etc" / "apt" / "apt.conf.d"
+    conf.mkdir(mode=0o755, parents=True)
+    (conf / "99toolpool-sandbox").write_text(APT_SANDBOX)
 
 
 def mounts_under(directory: Path) -> list[str]:
