@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolpool.pool.processes import WorkerProcesses
 from toolpool.protocol import CallContext
 from toolpool.sandbox.layers import RootLayer, remove_layers
 from toolpool.sandbox.limits import Limits
@@ -55,7 +56,8 @@ class _Entry:
 class SessionSandboxes:
     """Every session's sandbox, by session and network."""
 
-    def __init__(self) -> None:
+    def __init__(self, processes: WorkerProcesses) -> None:
+        self._processes = processes  # its runtime dir, sandbox profile and policy, once open
         self._entries: dict[Key, _Entry] = {}
         self._layers: dict[str, RootLayer] = {}  # the sessions' copy-on-write roots (V12)
         self._layers_lock = threading.Lock()  # made in the start threads
@@ -64,29 +66,34 @@ class SessionSandboxes:
         self._profile = SandboxProfile.nothing()
         self._policy: Policy | None = None
         self._open = False
-        self.opened = False
+        self._opened = False
+        self._closed = False
         self._names = itertools.count(1)
 
-    def open(self, runtime_dir: Path, profile: SandboxProfile, policy: Policy) -> None:
-        """Sandboxes are offered from now on, their sockets under ``runtime_dir``."""
-        directory = runtime_dir / "s"  # short: the sockets' paths must fit AF_UNIX's 108 bytes
+    def _open_once(self) -> None:
+        """On the first request (the pool is open by then): sockets and layers go under
+        its runtime dir; offered where the profile has the "session" mechanism."""
+        if self._opened:
+            return
+        self._opened = True
+        processes = self._processes
+        directory = processes.runtime_dir / "s"  # short: a socket's path fits in 108 bytes
         remove_layers(directory)  # a dead daemon's sockets and layers
         directory.mkdir(mode=0o700)
         self._directory = directory
-        self._profile, self._policy = profile, policy
-        self._open = profile.active("session")
-        self.opened = True
+        self._profile, self._policy = processes.profile, processes.policy
+        self._open = not self._closed and processes.profile.active("session")
 
-    @property
-    def offered(self) -> bool:
-        """Whether commands start in session sandboxes here (mechanism "session")."""
-        return self._open
-
-    async def socket_for(self, context: CallContext, limits: Limits) -> Path:
-        """The socket of the sandbox the call's command starts in; started first if
-        the session has none yet. Raises SandboxStartError."""
+    async def socket(self, context: CallContext, limits: Limits) -> str:
+        """The socket of the sandbox the call's command starts in, started first if
+        the session has none yet; empty where there are none (commands then get a
+        sandbox each). Raises SandboxStartError."""
+        self._open_once()
         if not self._open:
-            raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
+            return ""
+        return str(await self._socket_for(context, limits))
+
+    async def _socket_for(self, context: CallContext, limits: Limits) -> Path:
         network = limits.network or context.allow_network
         key = (context.session_id, network)
         entry = self._entries.get(key)
@@ -153,6 +160,7 @@ class SessionSandboxes:
         made now if no sandbox of it made it yet. Raises SandboxStartError."""
         if context.root == Root.HOST:
             return HOST_ROOT
+        self._open_once()
         directory = self._directory
         if directory is None:
             raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
@@ -185,7 +193,7 @@ class SessionSandboxes:
 
     async def close(self) -> None:
         """End every sandbox; no new one starts."""
-        self._open = False
+        self._open, self._closed = False, True
         entries = list(self._entries.values())
         self._entries.clear()
         await asyncio.gather(*(self._end(e) for e in entries))

@@ -1,6 +1,7 @@
 """One background shell as a process: the supervisor's record of it (``Shell``), how its
 confined command is started (``launch``), which processes are its (``Shell.members``),
-and what a dead daemon's shells left (``remove_stale_shells``).
+what is done once it exited (``clean_up``), and what a dead daemon's shells left
+(``remove_stale_shells``).
 
 It is confined as a foreground command is (``toolpool.sandbox.command.confined``:
 bubblewrap, seccomp, Landlock, network as the session allows); what a worker would
@@ -20,11 +21,13 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Hashable, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
+from toolpool.pool import shell_bounds
 from toolpool.pool.shell_bounds import LimitEnd
 from toolpool.pool.shell_output import OutputFile
 from toolpool.protocol import CallContext
@@ -43,9 +46,12 @@ from toolpool.sandbox.terminate import (
     ProcessTree,
     Together,
     environment_marks,
+    terminate,
 )
 from toolpool.tools.shell_state import SavedShell
 
+LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
+DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 SHELL_MARK = "TOOLPOOL_SHELL"  # in every shell's environment: "<daemon pid>:<shell id>"
 SHOWN_COMMAND_CHARS = 80
 
@@ -244,3 +250,34 @@ def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
     return killed
+
+
+def clean_up(shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
+    """(In a thread, once the shell's process exited.) Read the last output, end what
+    the command left running, close the output; why the sandbox failed to start it,
+    if it did, and the limit its cgroup says ended it, if one did."""
+    shell.reader.join(DRAIN_AFTER_EXIT)
+    shell.stop_reading.set()
+    terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
+    if shell.cgroup is not None:
+        shell.cgroup.kill_all()
+        for _ in _retries():  # members take a moment to leave once killed
+            if not CgroupMembers(shell.cgroup.procs_files()).pids():
+                break
+    shell.reader.join()
+    cpu: float | None = None
+    oom = pids = 0
+    if (acct := shell.accounting) is not None:
+        cpu, oom, pids = acct.cpu_seconds(), acct.oom_kills(), acct.pids_refusals()
+        acct.close()
+    # Without a cgroup there are no counters, but RLIMIT_CPU's SIGXCPU still tells.
+    limit = shell_bounds.at_exit(shell.limits, code, cpu, oom, pids)
+    failure = shell.box.failure(code, shell.output.head(4096))
+    shell.output.close()
+    return failure, limit
+
+
+def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:
+    for _ in range(times):
+        yield
+        time.sleep(pause)

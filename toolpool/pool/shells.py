@@ -42,7 +42,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
@@ -53,22 +53,18 @@ from toolpool.pool.environments import SessionSandboxes
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
 from toolpool.pool.shell_output import OutputFile, pump
-from toolpool.pool.shell_process import Shell, launch, shell_cgroup
+from toolpool.pool.shell_process import Shell, clean_up, launch, shell_cgroup
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
-from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.session_box import SandboxStartError
-from toolpool.sandbox.terminate import CgroupMembers, terminate
-from toolpool.session_options import Root
+from toolpool.sandbox.terminate import terminate
 
 log = logging.getLogger("toolpool.pool")
 
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a shell is ended
-LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
-DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 END_WAIT = 10.0  # a hang guard: a shell whose processes survive SIGKILL is given up on
 TICK = 0.25  # seconds between looks at the running shells' wall time and limits
 READY_TIMEOUT = 10.0  # seconds a sandbox has to start its command (after the network's)
@@ -112,7 +108,7 @@ class ShellSupervisor:
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._open = True
-        self.sandboxes = SessionSandboxes()  # where the sessions' commands start (V1)
+        self.sandboxes = SessionSandboxes(processes)  # where sessions' commands start (V1)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -135,9 +131,10 @@ class ShellSupervisor:
                     shell = await self.kill(context.session_id, request.shell_id)
                     return ShellReply(call_id, request_id, shell.to_dict())
                 case ShellAction.SANDBOX:
-                    return ShellReply(
-                        call_id, request_id, socket=await self._sandbox(context, limits)
-                    )
+                    if not self._open:
+                        raise ShellRefused("Commands cannot start: the daemon is stopping.")
+                    socket = await self.sandboxes.socket(context, limits)
+                    return ShellReply(call_id, request_id, socket=socket)
         except SandboxStartError as exc:
             return ShellReply(call_id, request_id, error=exc.message, code=exc.code or "")
         except ShellRefused as exc:
@@ -146,20 +143,6 @@ class ShellSupervisor:
             log.exception("background shell request %s failed", request.action.value)
             text = f"The background shell request failed: {type(exc).__name__}: {exc}"
             return ShellReply(call_id, request_id, error=text)
-
-    def _open_sandboxes(self) -> None:
-        if not self.sandboxes.opened:
-            processes = self._processes
-            self.sandboxes.open(processes.runtime_dir, processes.profile, processes.policy)
-
-    async def _sandbox(self, context: CallContext, limits: Limits) -> str:
-        """The socket of the session's sandbox; empty where there are none."""
-        if not self._open:
-            raise ShellRefused("Commands cannot start: the daemon is stopping.")
-        self._open_sandboxes()
-        if not self.sandboxes.offered:
-            return ""
-        return str(await self.sandboxes.socket_for(context, limits))
 
     async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
         """Start ``command`` for the call's session; its record (running). Refused
@@ -170,7 +153,10 @@ class ShellSupervisor:
         if context.scratch_dir is None:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
         client = self.client_of(context.session_id)
-        root = await self._root(context)
+        try:
+            root = await self.sandboxes.root_of(context)  # the session's own (V12)
+        except SandboxStartError as exc:
+            raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
         for attempt in range(1, START_ATTEMPTS + 1):
             # The caps are judged at each attempt: a retry must not overrun them.
             running = [(s.session_id, s.client) for s in self.running()]
@@ -303,16 +289,6 @@ class ShellSupervisor:
 
     # -- a shell's life ---------------------------------------------------------------------
 
-    async def _root(self, context: CallContext) -> Sequence[str]:
-        """What a shell of the session has as /: the session's own root (V12)."""
-        if context.root == Root.HOST:
-            return HOST_ROOT
-        self._open_sandboxes()
-        try:
-            return await self.sandboxes.root_of(context)
-        except SandboxStartError as exc:
-            raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
-
     def _spawn(
         self,
         context: CallContext,
@@ -417,7 +393,7 @@ class ShellSupervisor:
         try:
             if shell.starting is not None:  # the clean-up reads the rest of the ready
                 await asyncio.wait([shell.starting])  # pipe: after the start's look at it
-            failure, limit = await loop.run_in_executor(None, self._clean_up, shell, code)
+            failure, limit = await loop.run_in_executor(None, clean_up, shell, code)
         except Exception:
             log.exception("cleaning up after background shell %s", shell.id)
         if shell.cgroup is not None:
@@ -436,30 +412,6 @@ class ShellSupervisor:
         log.info("background shell %s ended: %s", shell.id, ended, extra=extra)
         if not shell.done.done():
             shell.done.set_result(None)
-
-    def _clean_up(self, shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
-        """(In a thread.) Read the last output, end what the command left running,
-        close the output; why the sandbox failed to start it, if it did, and the
-        limit its cgroup says ended it, if one did."""
-        shell.reader.join(DRAIN_AFTER_EXIT)
-        shell.stop_reading.set()
-        terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
-        if shell.cgroup is not None:
-            shell.cgroup.kill_all()
-            for _ in _retries():  # members take a moment to leave once killed
-                if not CgroupMembers(shell.cgroup.procs_files()).pids():
-                    break
-        shell.reader.join()
-        cpu: float | None = None
-        oom = pids = 0
-        if (acct := shell.accounting) is not None:
-            cpu, oom, pids = acct.cpu_seconds(), acct.oom_kills(), acct.pids_refusals()
-            acct.close()
-        # Without a cgroup there are no counters, but RLIMIT_CPU's SIGXCPU still tells.
-        limit = shell_bounds.at_exit(shell.limits, code, cpu, oom, pids)
-        failure = shell.box.failure(code, shell.output.head(4096))
-        shell.output.close()
-        return failure, limit
 
     def _forget(self, shell: Shell) -> None:
         self._shells.pop(shell.id, None)
@@ -486,9 +438,3 @@ class ShellSupervisor:
             return None
         limit = shell_bounds.reached(shell.limits, acct.cpu_seconds(), acct.pids_refusals())
         return None if limit is None else (ShellState.KILLED, limit)
-
-
-def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:
-    for _ in range(times):
-        yield
-        time.sleep(pause)
