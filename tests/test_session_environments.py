@@ -5,17 +5,22 @@ of it gone when the session closes, and each command still ended with its call."
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from toolpool import Client, ToolResult
+from toolpool import Client, ErrorCode, ToolCall, ToolResult
+from toolpool.engine import Coordinator
+from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.sandbox.profile import SandboxProfile
+from toolpool.tools.bash import bash
 
 from .daemon_support import Daemon, running, shared_daemon
-from .shell_support import call, marker, sleeping, wait_until
+from .shell_support import call, marked, marker, sleeping, wait_until
+from .support import until
 
 pytestmark = pytest.mark.skipif(
     not SandboxProfile.probe().active("session"), reason="no session sandboxes here"
@@ -87,3 +92,29 @@ def test_V2_a_command_sees_only_its_own_processes_and_its_escapees_end_with_it(
         assert sleeping(mark) == 1
         holder = int(client.status()["sessions"][session.id]["sandboxes"][0]["pid"])
         assert psutil.Process(holder).is_running()
+
+
+@pytest.mark.spec("X2", "V1")
+async def test_X2_V1_a_command_in_a_session_sandbox_counts_as_confined(workspace: Path) -> None:
+    """The daemon refuses local connections from what it confines: a command started
+    by a session sandbox's helper is no worker's child, and counts all the same."""
+    mark = marker()
+    config = PoolConfig(min_workers=1, max_workers=1, tool_modules=("toolpool.tools.bash",))
+    async with WorkerPool(config) as pool:
+        coordinator = Coordinator([bash], executor=PoolExecutor(pool))
+        try:
+            session = coordinator.open_session(workspace)
+            call = ToolCall("b", "bash", {"command": f"sleep {mark}"})
+            turn = coordinator.submit(session, [call])
+            await until(lambda: bool(marked(mark, sleeps_only=True)))
+            (sleeping_pid,) = marked(mark, sleeps_only=True)
+            assert pool.confines(sleeping_pid)
+            # by its sandbox alone too (here also by the worker's cgroups it joined,
+            # which a machine without cgroups does not have)
+            assert pool.shells.sandboxes.confines(sleeping_pid)
+            assert not pool.confines(os.getpid())  # the test itself is not confined
+            turn.interrupt()
+            (result,) = await turn
+            assert result.error_code is ErrorCode.INTERRUPTED
+        finally:
+            coordinator.close()

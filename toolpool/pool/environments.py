@@ -32,6 +32,7 @@ from pathlib import Path
 
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.protocol import CallContext
+from toolpool.sandbox import linux
 from toolpool.sandbox.layers import RootLayer, remove_layers
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import HOST_ROOT
@@ -69,6 +70,7 @@ class SessionSandboxes:
         self._opened = False
         self._closed = False
         self._names = itertools.count(1)
+        self._holders: frozenset[int] = frozenset()  # read from the ZAP thread (confines)
 
     def _open_once(self) -> None:
         """On the first request (the pool is open by then): sockets and layers go under
@@ -151,6 +153,7 @@ class SessionSandboxes:
                 entry.ready.set_exception(SandboxStartError("its session closed"))
             else:
                 entry.ready.set_result(done.result())
+                self._holders = self._holders | {done.result().pid}
             entry.ready.exception()  # retrieved: nobody may be waiting any more
 
         started.add_done_callback(settle)
@@ -211,6 +214,12 @@ class SessionSandboxes:
         except SandboxStartError:
             return
         await asyncio.get_running_loop().run_in_executor(self._threads, sandbox.close)
+        self._holders = self._holders - {sandbox.pid}
+
+    def confines(self, pid: int) -> bool:
+        """Whether ``pid`` runs in a session sandbox: under its holder (X2). Any thread."""
+        holders = self._holders
+        return bool(holders) and linux.lineage_includes(pid, set(holders))
 
     def _in_thread_close(self, sandbox: SessionSandbox) -> None:
         self._threads.submit(sandbox.close)

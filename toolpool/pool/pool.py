@@ -356,7 +356,8 @@ class WorkerPool:
 
     def confines(self, pid: int) -> bool:
         """Whether ``pid`` is one of the pool's confined processes: the zygote, a
-        worker, anything they started, a background shell (X2). Safe to call from any
+        worker, anything they started, a background shell, a command in a session's
+        sandbox (X2). Safe to call from any
         thread."""
         return self.processes.confines(pid) or self.shells.confines(pid)
 

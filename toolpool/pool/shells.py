@@ -279,9 +279,12 @@ class ShellSupervisor:
         return by_session
 
     def confines(self, pid: int) -> bool:
-        """Whether ``pid`` is a shell's or runs under one (X2). Any thread."""
+        """Whether ``pid`` is a shell's or runs under one, or in a session's sandbox
+        (X2). Any thread."""
         roots = self._roots
-        return bool(roots) and linux.lineage_includes(pid, set(roots))
+        if roots and linux.lineage_includes(pid, set(roots)):
+            return True
+        return self.sandboxes.confines(pid)
 
     def __repr__(self) -> str:
         running = len(self.running())
