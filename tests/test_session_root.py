@@ -104,9 +104,12 @@ def test_V12_the_layer_is_bounded_and_the_masks_hold(
         call(session, "bash", command="echo mine > /etc/toolpool-test-marker")
         assert output(call(session, "bash", command="cat /etc/toolpool-test-marker")) == "mine"
         assert not Path("/etc/toolpool-test-marker").exists()
-        # A write past layer_bytes fails as a full disk does; removed, there is room again
+        # A write past layer_bytes fails as a full disk does, and the call says which
+        # limit it met; removed, there is room again
         big = call(session, "bash", command="head -c 8M /dev/zero > /usr/local/big")
         assert "No space left on device" in big.text
+        assert big.is_error and big.error_code is ErrorCode.LIMIT_EXCEEDED
+        assert f"layer_bytes = {4 * 1024 * 1024}" in big.text
         call(session, "bash", command="rm /usr/local/big")
         again = call(
             session, "bash", command="echo again > /usr/local/small && cat /usr/local/small"

@@ -115,6 +115,15 @@ class ShellOutput:
     end: int
 
 
+@dataclass(frozen=True, slots=True)
+class SandboxAddress:
+    """Where a session's commands start: its sandbox's socket, and the tmpfs its
+    copy-on-write root's layer lies on, if it has one (SPEC V12)."""
+
+    socket: Path
+    layer: Path | None = None
+
+
 class BackgroundShells(Protocol):
     """Where background commands run, for one call (``ToolContext.shells``).
 
@@ -136,8 +145,8 @@ class BackgroundShells(Protocol):
         """End the shell's whole process tree (if it runs); its record afterwards."""
         ...
 
-    def sandbox(self, again: bool = False) -> Path | None:
-        """The socket of the session's sandbox, where foreground commands start too
-        (SPEC V1); None where there is none (commands get a sandbox each). ``again``:
-        the one given before could not be reached; ask afresh."""
+    def sandbox(self, again: bool = False) -> SandboxAddress | None:
+        """The session's sandbox, where foreground commands start too (SPEC V1); None
+        where there is none (commands get a sandbox each). ``again``: the one given
+        before could not be reached; ask afresh."""
         ...

@@ -86,14 +86,17 @@ class SessionSandboxes:
         self._profile, self._policy = processes.profile, processes.policy
         self._open = not self._closed and processes.profile.active("session")
 
-    async def socket(self, context: CallContext, limits: Limits) -> str:
+    async def socket(self, context: CallContext, limits: Limits) -> tuple[str, str]:
         """The socket of the sandbox the call's command starts in, started first if
-        the session has none yet; empty where there are none (commands then get a
+        the session has none yet, and the mount point of its root's layer (empty
+        without one); empty both where there are no sandboxes (commands then get a
         sandbox each). Raises SandboxStartError."""
         self._open_once()
         if not self._open:
-            return ""
-        return str(await self._socket_for(context, limits))
+            return "", ""
+        socket = str(await self._socket_for(context, limits))
+        layer = self._layers.get(context.session_id)
+        return socket, "" if layer is None else str(layer.directory)
 
     async def _socket_for(self, context: CallContext, limits: Limits) -> Path:
         network = limits.network or context.allow_network

@@ -133,8 +133,8 @@ class ShellSupervisor:
                 case ShellAction.SANDBOX:
                     if not self._open:
                         raise ShellRefused("Commands cannot start: the daemon is stopping.")
-                    socket = await self.sandboxes.socket(context, limits)
-                    return ShellReply(call_id, request_id, socket=socket)
+                    socket, layer = await self.sandboxes.socket(context, limits)
+                    return ShellReply(call_id, request_id, socket=socket, layer=layer)
         except SandboxStartError as exc:
             return ShellReply(call_id, request_id, error=exc.message, code=exc.code or "")
         except ShellRefused as exc:

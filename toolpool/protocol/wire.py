@@ -187,7 +187,8 @@ class ShellReply:
     ``end`` are the bytes of its output file not read before.
     ``code`` is a refusal's ErrorCode value ("limit_exceeded", "sandbox_failed"…).
     For ``sandbox``, ``socket`` is the path of the session sandbox's socket, or empty
-    when the pool keeps none here (commands then get a sandbox each).
+    when the pool keeps none here (commands then get a sandbox each); ``layer`` the
+    mount point of its copy-on-write root's layer, if it has one.
     """
 
     type: ClassVar[MessageType] = MessageType.SHELL_REPLY
@@ -199,6 +200,7 @@ class ShellReply:
     end: int = 0
     code: str = ""
     socket: str = ""
+    layer: str = ""
 
 
 @dataclass(frozen=True, slots=True)

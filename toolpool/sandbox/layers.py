@@ -125,6 +125,19 @@ def _apt_as_root(upper: Path) -> None:
     (conf / "99toolpool-sandbox").write_text(APT_SANDBOX)
 
 
+FULL_BELOW_BYTES = 256 * 1024  # a layer with less room left than this is full
+
+
+def layer_full(directory: Path) -> bool:
+    """Whether the layer whose tmpfs is mounted at ``directory`` is (all but) full: a
+    write past ``layer_bytes`` failed, or the next will."""
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < FULL_BELOW_BYTES
+
+
 def mounts_under(directory: Path) -> list[str]:
     """The mount points at or under ``directory``, the deepest first."""
     real = os.path.realpath(directory)

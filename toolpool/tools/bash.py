@@ -23,12 +23,15 @@ from __future__ import annotations
 import threading
 import time
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
+from toolpool.sandbox.layers import layer_full
 from toolpool.sandbox.limits import Limits
+from toolpool.session_options import DEFAULT_LAYER_BYTES
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
 from toolpool.tools.bash_runs import Run, SpawnError, start_in_session, start_per_call
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
@@ -147,7 +150,7 @@ class Bash:
         state = shell_state(ctx)
         started = time.monotonic()
         try:
-            run, shell = _start(command, ctx, limits, state, started + timeout)
+            run, shell, layer = _start(command, ctx, limits, state, started + timeout)
         except BaseException:
             output.close()
             raise
@@ -194,6 +197,16 @@ class Bash:
             lines.append(f"Full output ({output.total_chars} characters): {spill}")
         if timed_out:
             raise ToolError("\n".join(lines), details={"exit_code": exit_code, "timed_out": True})
+        if layer is not None and layer_full(layer):
+            size = ctx.layer_bytes or DEFAULT_LAYER_BYTES
+            lines.append(
+                f"The session's root layer is full (layer_bytes = {size}): writes outside "
+                "the workspace fail with 'No space left on device' until files there are "
+                "removed."
+            )
+            raise ToolError(
+                "\n".join(lines), code="limit_exceeded", details={"exit_code": exit_code}
+            )
         return "\n".join(lines)
 
     @staticmethod
@@ -212,9 +225,10 @@ class Bash:
 
 def _start(
     command: str, ctx: ToolContext, limits: Limits, state: SavedShell, deadline: float
-) -> tuple[Run, CommandShell]:
+) -> tuple[Run, CommandShell, Path | None]:
     """The command started — in the session's sandbox where the executor offers one
-    (SPEC V1), else in a sandbox of its own — and its shell's memory files."""
+    (SPEC V1), else in a sandbox of its own —, its shell's memory files, and the
+    session's root layer where it has one (V12)."""
     argv = ["bash", "-c", command]
     cwd = state.start_cwd()
     sandbox = ctx.shells.sandbox() if ctx.shells is not None else None
@@ -227,14 +241,15 @@ def _start(
     shell = state.command_shell(IN_SESSION_FDS if sandbox is not None else None)
     try:
         if sandbox is None:
-            return start_per_call(argv, ctx, limits, cwd, shell, deadline), shell
+            return start_per_call(argv, ctx, limits, cwd, shell, deadline), shell, None
         try:
-            return start_in_session(sandbox, argv, ctx, cwd, shell), shell
+            run = start_in_session(sandbox.socket, argv, ctx, cwd, shell)
         except SpawnError:  # it ended since (its session reopened?): ask once more
             sandbox = ctx.shells.sandbox(again=True) if ctx.shells is not None else None
             if sandbox is None:
                 raise ToolError("The session's sandbox is gone.", code="sandbox_failed") from None
-            return start_in_session(sandbox, argv, ctx, cwd, shell), shell
+            run = start_in_session(sandbox.socket, argv, ctx, cwd, shell)
+        return run, shell, sandbox.layer
     except BaseException:
         shell.close()
         raise

@@ -12,7 +12,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from toolpool.background import ShellInfo, ShellOutput
+from toolpool.background import SandboxAddress, ShellInfo, ShellOutput
 from toolpool.errors import ToolError
 from toolpool.protocol import ShellAction, ShellReply, ShellRequest
 from toolpool.worker.channel import Channel
@@ -30,7 +30,7 @@ class WorkerShells:
         self._channel = channel
         self._call_id = ""
         self._sandbox_key: Hashable = None
-        self._sandboxes: dict[Hashable, Path | None] = {}  # the pool's answers, kept
+        self._sandboxes: dict[Hashable, SandboxAddress | None] = {}  # the pool's answers
         self.details: dict[str, Any] = {}
 
     def begin(self, call_id: str, sandbox_key: Hashable) -> None:
@@ -41,14 +41,17 @@ class WorkerShells:
         if self.details:
             self.details = {}
 
-    def sandbox(self, again: bool = False) -> Path | None:
+    def sandbox(self, again: bool = False) -> SandboxAddress | None:
         key = self._sandbox_key
         if not again and key in self._sandboxes:
             return self._sandboxes[key]
         reply = self._ask(ShellAction.SANDBOX)
         if len(self._sandboxes) >= _SANDBOXES_KEPT:
             self._sandboxes.clear()
-        self._sandboxes[key] = found = Path(reply.socket) if reply.socket else None
+        found = None
+        if reply.socket:
+            found = SandboxAddress(Path(reply.socket), Path(reply.layer) if reply.layer else None)
+        self._sandboxes[key] = found
         return found
 
     def start(self, command: str) -> ShellInfo:
