@@ -14,9 +14,11 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -621,3 +623,58 @@ def test_no_user_namespace_even_without_the_seccomp_filter(
         done = sh(box, "grep Seccomp: /proc/self/status; unshare -U true; echo $?")
     assert done.out.split() == ["Seccomp:", "0", "1"], done.out + done.err
     assert "No space left" in done.err  # max_user_namespaces is 0 in the sandbox
+
+
+_STARTER = """
+import sys, threading
+from pathlib import Path
+from toolpool.sandbox.session_box import SessionSandbox
+base = Path(sys.argv[1])
+def starts(n):  # sandboxes starting one after another, as sessions open
+    for i in range(1000):
+        ws = base / f"ws{n}-{i}"
+        ws.mkdir()
+        SessionSandbox.start(roots=[ws], network=False, tmp_bytes=1 << 20, socket_dir=base / "s")
+        print(i, flush=True)
+threads = [threading.Thread(target=starts, args=(n,)) for n in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def _of(base: Path) -> list[psutil.Process]:
+    """Live processes whose command line names ``base`` (bubblewrap's, the helper's)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any(str(base) in a for a in cmdline):
+            found.append(process)
+    return found
+
+
+@pytest.mark.spec("V1")
+@pytest.mark.parametrize("moment", range(8))
+def test_V1_a_starter_killed_while_sandboxes_start_leaves_none(tmp_path: Path, moment: int) -> None:
+    """A daemon that dies while its sandboxes start: every sandbox it made or was making
+    ends with it, from any moment of a start — bubblewrap too, which once died of
+    SIGPIPE writing its --info-fd to the dead daemon, leaving the sandbox's half-made
+    pid 1 waiting for it forever."""
+    base = tmp_path / "b"
+    (base / "s").mkdir(parents=True, mode=0o700)
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, str(base)], stdout=subprocess.PIPE, text=True
+    )
+    assert starter.stdout is not None
+    for _ in range(2 + moment):  # some started, others starting
+        assert starter.stdout.readline(), "the starter ended"
+    starter.kill()  # as a daemon dies: at once, mid-start, no clean-up of its own
+    starter.wait()
+    starter.stdout.close()
+    deadline = time.monotonic() + 10  # a hang guard, not a measure
+    while _of(base) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _of(base)
+    found = [" ".join(p.cmdline())[:80] for p in left]
+    for process in left:  # not to leave them to the rest of the suite
+        process.kill()
+    assert found == []

@@ -171,7 +171,10 @@ class SessionSandbox:
                 info_r, info_w = os.pipe2(os.O_CLOEXEC)
                 opened += [info_r, info_w]
                 argv += ["--info-fd", str(info_w)]
-                pass_fds.append(info_w)
+                # bubblewrap holds a reader of its own: were we to die as it writes
+                # there, SIGPIPE would end it before it let the sandbox's pid 1 go on,
+                # and that would wait for it forever (the helper closes the copy).
+                pass_fds += [info_w, info_r]
             argv += ["--", f"/proc/self/fd/{binary}", str(listener.fileno())]
             argv += [str(filter_fd), str(ready_w), str(lifeline_r)]
             process = subprocess.Popen(
