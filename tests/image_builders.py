@@ -201,3 +201,21 @@ def in_overlay(
     return subprocess.run(
         [*namespaces, "sh", "-c", mount], capture_output=True, text=True, timeout=60
     )
+
+
+def bash_layer() -> bytes:
+    """A layer with this host's bash and the libraries it loads, at the paths the
+    host has them: an image whose commands run as toolpool runs them (bash -c)."""
+    bash = os.path.realpath(shutil.which("bash") or "/bin/bash")
+    listed = subprocess.run(["ldd", bash], capture_output=True, text=True, check=True).stdout
+    needed = [part for line in listed.splitlines() for part in line.split() if part.startswith("/")]
+    members: dict[str, Member] = {}
+    for path in [*needed, "/bin/bash"]:
+        source = bash if path == "/bin/bash" else os.path.realpath(path)
+        parts = Path(path).relative_to("/").parts
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            members.setdefault(directory, Member(directory, tarfile.DIRTYPE, mode=0o755))
+        name = "/".join(parts)
+        members[name] = Member(name, data=Path(source).read_bytes(), mode=0o755)
+    return layer_tar(list(members.values()))

@@ -13,7 +13,7 @@ message is for the model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -122,6 +122,8 @@ class SandboxAddress:
 
     socket: Path
     layer: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)  # an image's Env (SPEC V13)
+    working_dir: str = ""  # and its WorkingDir: where the session's first command starts
 
 
 class BackgroundShells(Protocol):

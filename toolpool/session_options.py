@@ -52,6 +52,25 @@ class Root(StrEnum):
     OVERLAY = "overlay"  # the host's, copy-on-write for this session alone
 
 
+class WorkspaceMode(StrEnum):
+    """Where a session's writes to its workspace go (SPEC V14)."""
+
+    DIRECT = "direct"  # to the host directory, in place
+    OVERLAY = "overlay"  # to the session's own layer over it: the host's never changes
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRoot:
+    """``root = {"image": path}``: an image's root file system, copy-on-write for the
+    session (SPEC V13). The daemon admits the path (its ``image_dirs``) at open."""
+
+    image: str
+
+    @property
+    def value(self) -> str:  # as Root's members: what a call's context carries
+        return "image"
+
+
 DEFAULT_LAYER_BYTES = 1024**3  # a session's copy-on-write layer (root = "overlay")
 
 
@@ -116,7 +135,21 @@ def _choice(kind: type[StrEnum]) -> Parser:
 _gate_mode = _choice(GateMode)
 _on_error = _choice(OnError)
 _shell = _choice(Shell)
-_root = _choice(Root)
+_workspace_mode = _choice(WorkspaceMode)
+
+
+def _root(value: Any) -> Root | ImageRoot:
+    if not isinstance(value, Mapping):
+        try:
+            return Root(value)
+        except (ValueError, TypeError):
+            raise _Refused("expected 'host', 'overlay' or {'image': '/abs/path'}") from None
+    image = value.get("image")
+    if set(value) != {"image"} or not isinstance(image, str):
+        raise _Refused("expected {'image': '/abs/path'} and nothing else in it")
+    if not image.startswith("/") or "\0" in image:
+        raise _Refused("expected the image as an absolute path")
+    return ImageRoot(image)
 
 
 def _profile(value: Any) -> str:
@@ -210,9 +243,14 @@ class SessionOptions:
     )
     tool_profile: str = option(DEFAULT_PROFILE, _profile, "whose tool names (F12)")
     shell: Shell = option(Shell.FRESH, _shell, "what bash keeps between commands (V11)")
-    root: Root = option(Root.HOST, _root, "the commands' root: the host's, or an overlay (V12)")
+    root: Root | ImageRoot = option(
+        Root.HOST, _root, "the commands' root: the host's, an overlay of it, an image (V12, V13)"
+    )
     layer_bytes: int | None = option(
-        None, _count(1024 * 1024), "the size of the session's copy-on-write layer (V12)"
+        None, _count(1024 * 1024), "the size of the session's copy-on-write layers (V12)"
+    )
+    workspace_mode: WorkspaceMode = option(
+        WorkspaceMode.DIRECT, _workspace_mode, "the workspace written in place, or an overlay (V14)"
     )
 
     @classmethod
@@ -254,6 +292,8 @@ class SessionOptions:
                 value = list(value)
             elif isinstance(value, StrEnum):
                 value = value.value
+            elif isinstance(value, ImageRoot):
+                value = {"image": value.image}
             elif isinstance(value, Mapping):
                 value = dict(value)
             wire[name] = value

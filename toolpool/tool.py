@@ -98,8 +98,11 @@ class ToolContext:
     extra_roots: tuple[Path, ...] = ()
     allow_network: bool = False
     persistent_shell: bool = False  # the session's shell = "persistent" (SPEC V11)
-    root: str = "host"  # the session's root = "host" or "overlay" (SPEC V12)
-    layer_bytes: int = 0  # its copy-on-write layer's size (0: the default)
+    root: str = "host"  # the session's root: "host", "overlay" (V12) or "image" (V13)
+    layer_bytes: int = 0  # its copy-on-write layers' size (0: the default)
+    image: str = ""  # root = "image": the image's path (SPEC V13)
+    workspace_overlay: bool = False  # workspace_mode = "overlay" (SPEC V14)
+    workspace_view: Path | None = None  # where its overlay shows the workspace (V14)
     scratch_dir: Path | None = None
     cancel_token: CancelToken = field(default_factory=CancelToken)
     progress: Callable[[Any], None] = _no_progress

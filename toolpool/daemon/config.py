@@ -45,6 +45,7 @@ from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.runtime import runtime_dir
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import MECHANISMS
+from toolpool.session_options import DEFAULT_LAYER_BYTES
 
 MIN_CLIENT_BUFFER = 2 * CHUNK_BYTES
 DEFAULT = "default"  # the source of a value nobody set
@@ -146,6 +147,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _setting("max_background_shells_per_client", Integer(1), "shells one client runs at once"),
     _setting("max_background_shells", Integer(1), "background shells the daemon runs at once"),
+    _setting(
+        "layer_bytes",
+        Integer(1024 * 1024, "BYTES"),
+        "a session's writable layers, unless it says (overlay and image roots, overlay workspaces)",
+    ),
+    _setting("image_dirs", _PATHS, "where session image roots may lie (empty: images off)"),
+    _setting("image_cache", PathKind(), "the unpacked image layers' cache directory"),
+    _setting("image_cache_bytes", Integer(1024 * 1024, "BYTES"), "the image cache's bound"),
 )
 
 _LIMIT_DOCS = {
@@ -229,6 +238,11 @@ class DaemonConfig:
     background_wall_seconds: float = 3600.0  # a background shell's life (docs/workers.md)
     max_background_shells_per_client: int = 32  # running at once (L9; 16 per session)
     max_background_shells: int = 256
+    # A session's environment (SPEC V12–V14; docs/environments.md).
+    layer_bytes: int = DEFAULT_LAYER_BYTES
+    image_dirs: tuple[str, ...] = ()  # images off
+    image_cache: Path | None = None  # None: ~/.cache/toolpool/images
+    image_cache_bytes: int = 10 * 1024**3
 
     def __post_init__(self) -> None:
         # A config made in code meets the same table as one loaded (no sources to name).

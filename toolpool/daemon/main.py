@@ -25,6 +25,7 @@ from toolpool.daemon.config import DaemonConfig, tool_registry
 from toolpool.daemon.server import Server, curve_keys, is_loopback
 from toolpool.engine.coordinator import Coordinator
 from toolpool.errors import ToolpoolError
+from toolpool.images import default_cache_root
 from toolpool.mcp.bridges import import_mcp_servers
 from toolpool.mcp.config import McpConfigError
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
@@ -148,6 +149,10 @@ async def _serve(
             background_wall_seconds=config.background_wall_seconds,
             max_background_shells_per_client=config.max_background_shells_per_client,
             max_background_shells=config.max_background_shells,
+            layer_bytes=config.layer_bytes,
+            image_dirs=tuple(Path(p) for p in config.image_dirs),
+            image_cache=config.image_cache or default_cache_root(),
+            image_cache_bytes=config.image_cache_bytes,
         )
     )
     try:

@@ -25,6 +25,7 @@ from toolpool.engine.approvals import make_gate
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.engine.turn import Turn, new_turn_id
+from toolpool.images import ImageError
 from toolpool.models import (
     ToolCall,
     ToolEnd,
@@ -50,7 +51,7 @@ from toolpool.protocol import (
     event_to_wire,
 )
 from toolpool.providers import parse_tool_calls
-from toolpool.session_options import SessionOptionError, SessionOptions
+from toolpool.session_options import ImageRoot, SessionOptionError, SessionOptions
 
 log = logging.getLogger("toolpool.daemon")
 
@@ -112,6 +113,7 @@ class Sessions:
             options = SessionOptions.parse(message.options)
         except SessionOptionError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
+        self._admit_environment(options)
         try:
             # The gate is the daemon's to carry out (it asks the client): the engine's
             # session has the rest.
@@ -142,6 +144,19 @@ class Sessions:
             extra={"session": session.id, "client": client.address[1].hex()},
         )
         self.clients.send(client.address, SessionOpened(message.request_id, session.id))
+
+    def _admit_environment(self, options: SessionOptions) -> None:
+        """Refuse, at open, an image root this daemon would not use (V13): images
+        off, a path outside ``image_dirs`` or at a denied one, no pool to run it."""
+        if not isinstance(options.root, ImageRoot):
+            return
+        shown = f"session option root = {{'image': {options.root.image!r}}}"
+        if self.pool is None:
+            raise BadRequest(FailureCode.BAD_REQUEST, f"{shown}: image roots need worker pools")
+        try:
+            self.pool.shells.sandboxes.admit_image(options.root.image)
+        except ImageError as exc:
+            raise BadRequest(FailureCode.BAD_REQUEST, f"{shown}: {exc}") from None
 
     def close(self, client: ClientState, message: CloseSession) -> None:
         self.end(self.entry(client, message.session_id))

@@ -11,6 +11,7 @@ from toolpool.daemon.records import Address, ClientState, SessionEntry
 from toolpool.engine.coordinator import Coordinator
 from toolpool.pool import WorkerPool
 from toolpool.providers import definitions
+from toolpool.session_options import DEFAULT_LAYER_BYTES, ImageRoot, SessionOptions
 
 
 def daemon_status(
@@ -41,6 +42,7 @@ def daemon_status(
             "shells": shells.get(session_id, []),
             "shell": entry.session.options.shell.value,
             "sandboxes": sandboxes.get(session_id, []),  # V1: network, state, pid
+            "environment": _environment(entry.session.options, pool, session_id),
         }
     status: dict[str, Any] = {
         "pid": os.getpid(),
@@ -84,3 +86,24 @@ def tool_definitions(coordinator: Coordinator, format: str) -> list[dict[str, An
     if format == "toolpool":
         return [spec.definition() for spec in specs]
     return definitions(specs, format)
+
+
+def _environment(
+    options: SessionOptions, pool: WorkerPool | None, session_id: str
+) -> dict[str, Any]:
+    """The session's root and workspace modes and its writable layers' size and use
+    (SPEC V12–V14; ``layer_used_bytes`` once they are made)."""
+    root = options.root
+    found: dict[str, Any] = {
+        "root": root.value,
+        "workspace_mode": options.workspace_mode.value,
+    }
+    if isinstance(root, ImageRoot):
+        found["image"] = root.image
+    if root.value != "host" or options.workspace_mode.value != "direct":
+        default = DEFAULT_LAYER_BYTES if pool is None else pool.config.layer_bytes
+        found["layer_bytes"] = options.layer_bytes or default
+        used = None if pool is None else pool.shells.sandboxes.layer_used(session_id)
+        if used is not None:
+            found["layer_used_bytes"] = used
+    return found

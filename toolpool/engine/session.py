@@ -35,7 +35,7 @@ from toolpool.models import ToolCall
 from toolpool.profiles import offers
 from toolpool.runtime import private_dir
 from toolpool.sandbox.limits import Limits
-from toolpool.session_options import SessionOptions, Shell
+from toolpool.session_options import ImageRoot, SessionOptions, Shell, WorkspaceMode
 from toolpool.tool import ToolContext
 
 
@@ -82,6 +82,8 @@ class Session:
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
         self.persistent_shell = options.shell is Shell.PERSISTENT
+        self.image = options.root.image if isinstance(options.root, ImageRoot) else ""
+        self.workspace_overlay = options.workspace_mode is WorkspaceMode.OVERLAY
         self.limits = dict(options.limits)  # resource limit overrides for this session's calls
         # The limits a tool in this process sees (ctx.limits): the defaults with the
         # overrides, made once (options were checked: they merge).
@@ -151,6 +153,8 @@ class Session:
             persistent_shell=self.persistent_shell,
             root=self.options.root.value,
             layer_bytes=self.options.layer_bytes or 0,
+            image=self.image,
+            workspace_overlay=self.workspace_overlay,
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
             limits=self.call_limits,

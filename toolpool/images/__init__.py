@@ -10,9 +10,17 @@ layers is the session's business; this package only gives it the layers.
 A leaf: it imports toolpool.errors, toolpool.sandbox.policy and the standard library.
 """
 
-from toolpool.images.cache import ImageCache, PreparedImage
+from toolpool.images.cache import ImageCache, PreparedImage, default_cache_root
 from toolpool.images.errors import ImageError
 from toolpool.images.leases import Lease
 from toolpool.images.unpacking import UnpackLimits, XattrKind
 
-__all__ = ["ImageCache", "ImageError", "Lease", "PreparedImage", "UnpackLimits", "XattrKind"]
+__all__ = [
+    "ImageCache",
+    "ImageError",
+    "Lease",
+    "PreparedImage",
+    "UnpackLimits",
+    "XattrKind",
+    "default_cache_root",
+]

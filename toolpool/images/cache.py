@@ -69,6 +69,13 @@ class PreparedImage:
         self.release()
 
 
+def default_cache_root() -> Path:
+    """Where a daemon keeps its layer cache unless configured: the user's cache
+    directory (``$XDG_CACHE_HOME`` or ``~/.cache``), ``toolpool/images``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "toolpool" / "images"
+
+
 class ImageCache:
     """Prepares images into the layer cache at ``root``, bounded by ``max_bytes``.
 

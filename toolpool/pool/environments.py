@@ -24,22 +24,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolpool.images import ImageCache, ImageError, PreparedImage
+from toolpool.images.access import admit
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.protocol import CallContext
 from toolpool.sandbox import linux
-from toolpool.sandbox.layers import RootLayer, remove_layers
+from toolpool.sandbox.layers import SessionLayer, remove_layers
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.session_box import SandboxStartError, SessionSandbox
-from toolpool.session_options import DEFAULT_LAYER_BYTES, Root
+from toolpool.session_options import Root
 
 log = logging.getLogger("toolpool.pool")
 
@@ -60,7 +63,9 @@ class SessionSandboxes:
     def __init__(self, processes: WorkerProcesses) -> None:
         self._processes = processes  # its runtime dir, sandbox profile and policy, once open
         self._entries: dict[Key, _Entry] = {}
-        self._layers: dict[str, RootLayer] = {}  # the sessions' copy-on-write roots (V12)
+        self._layers: dict[str, SessionLayer] = {}  # the sessions' writable layers (V12–V14)
+        self._images: dict[str, PreparedImage] = {}  # their images, leased (V13)
+        self._image_cache: ImageCache | None = None  # made on the first image root
         self._layers_lock = threading.Lock()  # made in the start threads
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="toolpool-sandboxes")
         self._directory: Path | None = None
@@ -127,9 +132,7 @@ class SessionSandboxes:
         directory, profile, policy = self._directory, self._profile, self._policy
 
         def start() -> SessionSandbox:
-            root: Sequence[str] = HOST_ROOT
-            if context.root == Root.OVERLAY:
-                root = self._layer(context, directory).root_args()
+            root, views = self._placed(context, directory)
             return SessionSandbox.start(
                 roots=roots,
                 network=entry.network,
@@ -138,6 +141,7 @@ class SessionSandboxes:
                 policy=policy,
                 profile=profile,
                 root=root,
+                views=views,
             )
 
         key = (context.session_id, entry.network)
@@ -161,29 +165,103 @@ class SessionSandboxes:
 
         started.add_done_callback(settle)
 
-    async def root_of(self, context: CallContext) -> Sequence[str]:
-        """bubblewrap's root arguments for the session's own root (V12): its layer,
-        made now if no sandbox of it made it yet. Raises SandboxStartError."""
-        if context.root == Root.HOST:
-            return HOST_ROOT
-        self._open_once()
-        directory = self._directory
-        if directory is None:
-            raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
+    async def root_of(self, context: CallContext) -> tuple[Sequence[str], dict[str, str]]:
+        """bubblewrap's root arguments for the session's own root (V12, V13) and the
+        views bound at its roots (V14): its layers, made now if no sandbox of it made
+        them yet. Raises SandboxStartError."""
+        if context.root == Root.HOST and not context.workspace_overlay:
+            return HOST_ROOT, {}
+        directory = self._layers_directory()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._placed, context, directory)
+
+    def mounted_view(self, session_id: str) -> Path | None:
+        """The session's workspace overlay, once mounted (V14)."""
+        layer = self._layers.get(session_id)
+        return None if layer is None else layer.workspace_view
+
+    async def workspace_view(self, context: CallContext) -> Path:
+        """Where the session's overlay of its workspace is mounted (V14), mounted now
+        if nothing of the session mounted it yet. Raises SandboxStartError."""
+        layer = self._layers.get(context.session_id)
+        if layer is not None and layer.workspace_view is not None:
+            return layer.workspace_view
+        directory = self._layers_directory()
         loop = asyncio.get_running_loop()
         layer = await loop.run_in_executor(self._threads, self._layer, context, directory)
-        return layer.root_args()
+        assert layer.workspace_view is not None
+        return layer.workspace_view
 
-    def _layer(self, context: CallContext, directory: Path) -> RootLayer:
-        """The session's copy-on-write root, made on its first sandbox's start (in a
-        start thread); one for all its sandboxes."""
+    def base_of(self, session_id: str) -> tuple[dict[str, str], str]:
+        """The environment and working directory an image gives the session's
+        commands (V13); nothing for other roots."""
+        image = self._images.get(session_id)
+        return ({}, "") if image is None else (dict(image.env), image.working_dir)
+
+    def admit_image(self, image: str) -> None:
+        """Refuse (ImageError) an image this pool would not use: images off (no
+        ``image_dirs``), outside them, or at a denied path. Cheap: no unpack."""
+        config = self._processes.config
+        admit(Path(image), config.image_dirs, self._denied())
+
+    def _denied(self) -> list[Path]:
+        """What an image may not be, hold or lie in: what confined code may not see
+        (deny_read, the runtime dir, the key files)."""
+        return [Path(p) for p in self._processes.policy.hidden]
+
+    def _layers_directory(self) -> Path:
+        self._open_once()
+        if self._directory is None:
+            raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
+        return self._directory
+
+    def _placed(
+        self, context: CallContext, directory: Path
+    ) -> tuple[Sequence[str], dict[str, str]]:
+        """The session's root arguments and views, its layers made first (a thread)."""
+        if context.root == Root.HOST and not context.workspace_overlay:
+            return HOST_ROOT, {}
+        layer = self._layer(context, directory)
+        root = HOST_ROOT if layer.root_merged is None else layer.root_args()
+        views = {}
+        if layer.workspace_view is not None:
+            views[os.path.realpath(context.workspace)] = str(layer.workspace_view)
+        return root, views
+
+    def _layer(self, context: CallContext, directory: Path) -> SessionLayer:
+        """The session's writable layers, with what its options ask mounted: one
+        tmpfs for all its sandboxes (in a start thread). Raises SandboxStartError."""
         with self._layers_lock:
-            layer = self._layers.get(context.session_id)
+            session_id = context.session_id
+            layer = self._layers.get(session_id)
             if layer is None:
-                size = context.layer_bytes or DEFAULT_LAYER_BYTES
-                layer = RootLayer.make(directory / f"{next(self._names):x}.l", size)
-                self._layers[context.session_id] = layer
+                size = context.layer_bytes or self._processes.config.layer_bytes
+                layer = SessionLayer.make(directory / f"{next(self._names):x}.l", size)
+                self._layers[session_id] = layer
+            if context.root == Root.OVERLAY:
+                layer.mount_root()
+            elif context.root == "image" and layer.root_merged is None:
+                image = self._images.get(session_id) or self._prepare(context)
+                lowers = tuple(reversed(image.layers))  # the topmost first
+                layer.mount_root(lowers, userxattr=image.xattr == "user")
+            if context.workspace_overlay:
+                layer.mount_workspace(Path(os.path.realpath(context.workspace)))
             return layer
+
+    def _prepare(self, context: CallContext) -> PreparedImage:
+        """The session's image, its layers unpacked into the cache (or found there)
+        and leased for as long as the session lives."""
+        config = self._processes.config
+        if self._image_cache is None:
+            self._image_cache = ImageCache(config.image_cache, config.image_cache_bytes)
+        try:
+            image = self._image_cache.prepare(
+                Path(context.image), allowed_dirs=config.image_dirs, denied=self._denied()
+            )
+        except ImageError as exc:
+            raise SandboxStartError(f"its image could not be used: {exc}") from exc
+        self._images[context.session_id] = image
+        return image
 
     async def end_session(self, session_id: str) -> None:
         """The session closes: its sandboxes end, everything in them with them, and
@@ -196,6 +274,9 @@ class SessionSandboxes:
                 await asyncio.get_running_loop().run_in_executor(self._threads, layer.remove)
             except OSError as exc:
                 log.error("the layer of session %s stays: %s", session_id, exc)
+        image = self._images.pop(session_id, None)
+        if image is not None:
+            image.release()  # its layers may be evicted now
 
     async def close(self) -> None:
         """End every sandbox; no new one starts."""
@@ -205,6 +286,9 @@ class SessionSandboxes:
         await asyncio.gather(*(self._end(e) for e in entries))
         self._threads.shutdown(wait=True)
         self._layers.clear()  # each is under the directory: removed with it
+        for image in self._images.values():
+            image.release()
+        self._images.clear()
         if self._directory is not None:
             try:
                 remove_layers(self._directory)
@@ -227,6 +311,11 @@ class SessionSandboxes:
     def _in_thread_close(self, sandbox: SessionSandbox) -> None:
         self._threads.submit(sandbox.close)
 
+    def layer_used(self, session_id: str) -> int | None:
+        """What the session's writable layers hold, once it has them (``status``)."""
+        layer = self._layers.get(session_id)
+        return None if layer is None else layer.used_bytes()
+
     def listing(self) -> dict[str, list[dict[str, object]]]:
         """Each session's sandboxes, for ``status``."""
         by_session: dict[str, list[dict[str, object]]] = {}
@@ -241,7 +330,11 @@ class SessionSandboxes:
             if state == "running":
                 row["pid"] = entry.ready.result().pid
             layer = self._layers.get(session_id)
-            row["root"] = "host" if layer is None else "overlay"
+            image = self._images.get(session_id)
+            if layer is None or layer.root_merged is None:
+                row["root"] = "host"
+            else:
+                row["root"] = "overlay" if image is None else f"image {image.digest}"
             if layer is not None:
                 row["layer_used_bytes"] = layer.used_bytes()
             by_session.setdefault(session_id, []).append(row)

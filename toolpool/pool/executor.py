@@ -12,6 +12,7 @@ a tool's merged limits when the tool asks for none of its own for the call.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from toolpool.pool.pool import WorkerPool
 from toolpool.pool.workers import OutcomeStatus, PoolOutcome
 from toolpool.protocol import CallContext, Execute
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.tool import ToolContext
 
 # Entries past this many are dropped at once: the caches hold what sessions share,
@@ -51,6 +53,7 @@ class PoolExecutor:
         self._limits: dict[tuple[str, int], tuple[Mapping[str, Any], Limits, dict[str, Any]]] = {}
         # (session id, network) → what the context was made of, and the context.
         self._contexts: dict[tuple[str, bool], tuple[tuple[Any, ...], CallContext]] = {}
+        self._mounting: set[asyncio.Task[None]] = set()  # workspace overlays being made
 
     def _merged(self, request: ExecutionRequest) -> tuple[Limits, dict[str, Any]]:
         spec, overrides = request.spec, request.limits
@@ -70,21 +73,23 @@ class PoolExecutor:
             self._limits[key] = (overrides, limits, wire)
         return limits, wire
 
-    def _context(self, ctx: ToolContext, network: bool) -> CallContext:
-        """The session's context as it crosses the wire, made once per session."""
+    def _context(self, ctx: ToolContext, network: bool, view: str = "") -> CallContext:
+        """The session's context as it crosses the wire, made once per session (and
+        once more when its workspace's view is mounted)."""
         key = (ctx.session_id, network)
         cached = self._contexts.get(key)
         if cached is not None:
             # The session hands every call the same objects: another session of the
             # same id (a new one, after the first closed) hands others.
-            workspace, extra_roots, scratch_dir = cached[0]
+            workspace, extra_roots, scratch_dir, made_view = cached[0]
             if (
                 workspace is ctx.workspace
                 and extra_roots is ctx.extra_roots
                 and scratch_dir is ctx.scratch_dir
+                and made_view == view
             ):
                 return cached[1]
-        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir)
+        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir, view)
         context = CallContext(
             session_id=ctx.session_id,
             workspace=str(ctx.workspace),
@@ -93,6 +98,9 @@ class PoolExecutor:
             persistent_shell=ctx.persistent_shell,
             root=ctx.root,
             layer_bytes=ctx.layer_bytes,
+            image=ctx.image,
+            workspace_overlay=ctx.workspace_overlay,
+            workspace_view=view,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
         )
         if len(self._contexts) >= _CACHE_MAX:
@@ -108,6 +116,13 @@ class PoolExecutor:
             done(ToolResult.error(call, ErrorCode.EXECUTION_FAILED, f"Invalid limits: {exc}"))
             return
         network = limits.network or ctx.allow_network
+        view = ""
+        if ctx.workspace_overlay:
+            mounted = self.pool.shells.sandboxes.mounted_view(ctx.session_id)
+            if mounted is None:
+                self._mount_view(request, done, self._context(ctx, network))
+                return
+            view = str(mounted)
         stamps = {}
         for path in spec.file_paths(call.arguments, ctx):
             stamp = ctx.files.get(path)
@@ -118,7 +133,7 @@ class PoolExecutor:
             call.id,
             call.name,
             call.arguments,
-            self._context(ctx, network),
+            self._context(ctx, network, view),
             wire,
             stamps,
             pool.ticket(),
@@ -145,6 +160,22 @@ class PoolExecutor:
             holdable=request.stage is not Stage.PREPARE and spec.read_only(call.arguments),
             on_preview=request.on_preview,
         )
+
+    def _mount_view(self, request: ExecutionRequest, done: Done, context: CallContext) -> None:
+        """The session's workspace overlay mounted (V14) off the event loop, then the
+        call submitted; a mount that fails is the call's ``sandbox_failed``."""
+
+        async def mount() -> None:
+            try:
+                await self.pool.shells.sandboxes.workspace_view(context)
+            except SandboxStartError as exc:
+                done(ToolResult.error(request.call, ErrorCode.SANDBOX_FAILED, exc.message))
+                return
+            self.submit(request, done)
+
+        task = asyncio.get_running_loop().create_task(mount())
+        self._mounting.add(task)
+        task.add_done_callback(self._mounting.discard)
 
     @staticmethod
     def _result(call: ToolCall, outcome: PoolOutcome, token: CancelToken) -> ToolResult:

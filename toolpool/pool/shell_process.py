@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,6 +160,7 @@ def launch(
     profile: SandboxProfile,
     policy: Policy,
     root: Sequence[str] = HOST_ROOT,
+    views: Mapping[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], Confinement, int]:
     """Start ``command`` confined: its process, its sandbox (``started()`` is the
     caller's to call) and the read end of its output pipe. Call it from the event
@@ -178,6 +179,7 @@ def launch(
         env=env,
         cwd=(cwd := _start_cwd(context, workspace)),
         root=root,
+        views=views,
     ) as box:
         # A worker of a network-less session lives in an empty network namespace,
         # and so do its commands; bubblewrap makes its own, else the wrapper does.
@@ -187,7 +189,7 @@ def launch(
         try:
             process = subprocess.Popen(
                 argv,
-                cwd=cwd,
+                cwd="/" if views else cwd,  # bubblewrap goes there: maybe only in a view
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=subprocess.STDOUT,
@@ -209,7 +211,10 @@ def _start_cwd(context: CallContext, workspace: Path) -> Path:
     if context.scratch_dir is None:
         return workspace
     roots = tuple(Path(p) for p in context.extra_roots)
-    saved = SavedShell.of_session(Path(context.scratch_dir), workspace, roots, persistent=False)
+    view = Path(context.workspace_view) if context.workspace_view else None
+    saved = SavedShell.of_session(
+        Path(context.scratch_dir), workspace, roots, persistent=False, view=view
+    )
     return saved.start_cwd()
 
 

@@ -42,7 +42,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
@@ -134,7 +134,15 @@ class ShellSupervisor:
                     if not self._open:
                         raise ShellRefused("Commands cannot start: the daemon is stopping.")
                     socket, layer = await self.sandboxes.socket(context, limits)
-                    return ShellReply(call_id, request_id, socket=socket, layer=layer)
+                    env, working_dir = self.sandboxes.base_of(context.session_id)
+                    return ShellReply(
+                        call_id,
+                        request_id,
+                        socket=socket,
+                        layer=layer,
+                        env=env,
+                        working_dir=working_dir,
+                    )
         except SandboxStartError as exc:
             return ShellReply(call_id, request_id, error=exc.message, code=exc.code or "")
         except ShellRefused as exc:
@@ -154,7 +162,7 @@ class ShellSupervisor:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
         client = self.client_of(context.session_id)
         try:
-            root = await self.sandboxes.root_of(context)  # the session's own (V12)
+            root, views = await self.sandboxes.root_of(context)  # the session's own (V12–V14)
         except SandboxStartError as exc:
             raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -163,7 +171,7 @@ class ShellSupervisor:
             refusal = self.caps.refusal(running, context.session_id, client)
             if refusal is not None:
                 raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
-            shell = self._spawn(context, limits, command, client, root)
+            shell = self._spawn(context, limits, command, client, root, views)
             failure, again = await self._started(shell)
             if failure is None:
                 pid, extra = shell.process.pid, {"session": shell.session_id}
@@ -299,6 +307,7 @@ class ShellSupervisor:
         command: str,
         client: Hashable | None,
         root: Sequence[str],
+        views: Mapping[str, str],
     ) -> Shell:
         """Start the confined command, its output's reader and its exit's watch."""
         assert context.scratch_dir is not None
@@ -311,7 +320,7 @@ class ShellSupervisor:
         profile, policy = self._processes.profile, self._processes.policy
         try:
             process, box, read_fd = launch(
-                context, limits, command, cgroup, mark, profile, policy, root
+                context, limits, command, cgroup, mark, profile, policy, root, views
             )
         except BaseException:
             output.close()

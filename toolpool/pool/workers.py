@@ -19,10 +19,12 @@ from typing import Any, Protocol
 
 from toolpool.cancel import CancelSource, CancelToken
 from toolpool.errors import ToolpoolError
+from toolpool.images import default_cache_root
 from toolpool.protocol import CallContext, CallStatus
 from toolpool.sandbox.cgroups import WorkerCgroup
 from toolpool.sandbox.limits import Limits, MiB
 from toolpool.sandbox.policy import Policy
+from toolpool.session_options import DEFAULT_LAYER_BYTES
 
 
 class PoolError(ToolpoolError):
@@ -49,6 +51,14 @@ class PoolConfig:
     background_wall_seconds: float = 3600.0  # how long a background shell may run
     max_background_shells_per_client: int = 32  # running at once, all its sessions (L9)
     max_background_shells: int = 256  # running at once in the pool (L9)
+    # A session's writable layers (root = "overlay" or an image, workspace_mode =
+    # "overlay"): the size of their tmpfs unless the session says (V12).
+    layer_bytes: int = DEFAULT_LAYER_BYTES
+    # Image roots (V13): where images may lie (empty: images off), the layer cache
+    # and its bound.
+    image_dirs: tuple[Path, ...] = ()
+    image_cache: Path = field(default_factory=default_cache_root)
+    image_cache_bytes: int = 10 * 1024**3
     # A busy worker may hold read-only calls behind the one it runs, once the pool is
     # at max_workers: it starts each without waiting for the pool (SPEC H4).
     hold_calls: bool = True

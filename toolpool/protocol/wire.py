@@ -52,6 +52,9 @@ class CallContext:
     persistent_shell: bool = False
     root: str = "host"
     layer_bytes: int = 0
+    image: str = ""
+    workspace_overlay: bool = False
+    workspace_view: str = ""  # the session's overlay of the workspace, once mounted (V14)
     scratch_dir: str | None = None
 
 
@@ -188,7 +191,8 @@ class ShellReply:
     ``code`` is a refusal's ErrorCode value ("limit_exceeded", "sandbox_failed"…).
     For ``sandbox``, ``socket`` is the path of the session sandbox's socket, or empty
     when the pool keeps none here (commands then get a sandbox each); ``layer`` the
-    mount point of its copy-on-write root's layer, if it has one.
+    mount point of its copy-on-write root's layer, if it has one; ``env`` and
+    ``working_dir`` what an image root gives its commands as their base.
     """
 
     type: ClassVar[MessageType] = MessageType.SHELL_REPLY
@@ -201,6 +205,8 @@ class ShellReply:
     code: str = ""
     socket: str = ""
     layer: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # an image root's Env (V13)
+    working_dir: str = ""  # and its WorkingDir
 
 
 @dataclass(frozen=True, slots=True)

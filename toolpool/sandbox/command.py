@@ -195,6 +195,7 @@ def _bwrap(
     box: Confinement,
     pass_fds: list[int],
     root: Sequence[str],
+    views: Mapping[str, str] | None = None,
 ) -> list[str]:
     """bubblewrap's command line. The command runs in a new user namespace as our own
     uid, so every capability set (bounding included) is empty and cannot be regained,
@@ -204,7 +205,7 @@ def _bwrap(
     outer += ["--unshare-ipc", "--unshare-uts", "--unshare-user"]
     outer += ["--uid", str(os.getuid()), "--gid", str(os.getgid()), "--disable-userns"]
     outer += ["--cap-drop", "ALL"]
-    outer += bwrap_mounts(roots, policy, tmp_bytes or DEFAULT_TMP_BYTES, root)
+    outer += bwrap_mounts(roots, policy, tmp_bytes or DEFAULT_TMP_BYTES, root, views)
     if not network:
         outer.append("--unshare-net")
     elif profile.active("netns-outbound"):
@@ -272,11 +273,14 @@ def confined(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     root: Sequence[str] = HOST_ROOT,
+    views: Mapping[str, str] | None = None,
 ) -> Iterator[Confinement]:
     """The argv that runs ``argv`` confined, its environment and the descriptors it
     must inherit; they are closed when the block ends (start the process inside it,
     in ``cwd`` — the workspace unless given —, and call ``started()``). ``root``:
-    bubblewrap's arguments that mount / (the host's, read-only, unless given)."""
+    bubblewrap's arguments that mount / (the host's, read-only, unless given);
+    ``views``: what is bound at a root instead of the root (its session's overlay of
+    it, V14), which only bubblewrap can do."""
     profile = profile or active_profile()
     policy = policy or active_policy()
     roots = [workspace, *writable]
@@ -302,13 +306,29 @@ def confined(
         if use_bwrap:
             start_in = cwd or workspace
             command = _bwrap(
-                argv, roots, start_in, network, profile, policy, tmp_bytes, box, pass_fds, root
+                argv,
+                roots,
+                start_in,
+                network,
+                profile,
+                policy,
+                tmp_bytes,
+                box,
+                pass_fds,
+                root,
+                views,
             )
             layers += ["bwrap", "user namespace, no capabilities"]
             if box._network is not None:
                 layers.append("outbound-only network")
             if profile.active("seccomp"):
                 layers.append("seccomp")
+        elif views:
+            raise ToolError(
+                "This session's workspace is an overlay, which only bubblewrap can give "
+                "a command (it is off here).",
+                code="sandbox_failed",
+            )
         else:
             command, layers = _wrapper(argv, roots, network, profile, box, pass_fds)
         box.argv = command

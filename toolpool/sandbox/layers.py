@@ -1,23 +1,26 @@
-"""A session's copy-on-write root (SPEC V12): the host's root as the lower layer of
-an overlay whose upper layer lies on a tmpfs of ``layer_bytes``, mounted by the
-daemon (as root) under its runtime dir, where no command sees it; the session's
-sandbox takes the merged tree as its ``/``.
+"""A session's writable layers (SPEC V12–V14): one tmpfs of ``layer_bytes`` per
+session, mounted by the daemon (as root) under its runtime dir, where no command sees
+it, holding the upper layers of the session's overlays: of its root (the host's root,
+or an image's layers, read-only below) and of its workspace (the host directory).
 
-    layer = RootLayer.make(directory, layer_bytes)     # tmpfs + overlay of /
-    SessionSandbox.start(..., root=layer.root_args())  # bubblewrap binds it as /
+    layer = SessionLayer.make(directory, layer_bytes)   # the tmpfs
+    layer.mount_root()                                  # an overlay of / (or lowers=…)
+    layer.mount_workspace(workspace)                    # an overlay of the workspace
+    SessionSandbox.start(..., root=layer.root_args())   # bubblewrap binds it as /
     layer.used_bytes()                                  # what the session wrote
     layer.remove()                                      # unmounted, gone
 
-Writes anywhere in the root (``pip install`` into /usr/local, /etc) land in the
-upper layer; the host's root never changes; whatever the layer holds is gone when it
-is removed. The overlay covers the root file system only: other host mounts under it
-show as empty directories (or their mount points' contents) unless the sandbox binds
-them (the roots, /dev, /proc, the private /tmp and /run are its own). A directory
-renamed inside is moved by overlayfs's ``redirect_dir``; a file is copied up whole
-on its first write. A full layer is ENOSPC for the command that filled it.
+Writes anywhere in the root (``pip install`` into /usr/local, /etc) or the workspace
+land in the upper layers; the lower layers never change; whatever the layer holds is
+gone when it is removed. An overlay of the host's root covers its root file system
+only: other host mounts under it show as empty directories (or their mount points'
+contents) unless the sandbox binds them (the roots, /dev, /proc, the private /tmp and
+/run are its own). A directory renamed inside is moved by overlayfs's
+``redirect_dir``; a file is copied up whole on its first write. A full layer is
+ENOSPC for the command or the file tool that filled it.
 
 Mounting needs CAP_SYS_ADMIN in the host's namespaces: a daemon run as another user
-gets a clear refusal (its sessions keep the host's root).
+gets a clear refusal (its sessions' commands are refused, never run on the host's).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from toolpool.sandbox.session_box import SandboxStartError
@@ -40,7 +44,7 @@ class LayerError(SandboxStartError):
     """The session's layer could not be made (so neither its sandbox); says why."""
 
     def __init__(self, why: str) -> None:
-        super().__init__(f"its copy-on-write root could not be made: {why}")
+        super().__init__(f"its copy-on-write layers could not be made: {why}")
 
 
 def _mount(source: str, target: Path, kind: str, flags: int, options: str) -> None:
@@ -54,24 +58,28 @@ def _unmount(target: Path) -> None:
         raise OSError(ctypes.get_errno(), f"umount {target}: {os.strerror(ctypes.get_errno())}")
 
 
-class RootLayer:
-    """One session's copy-on-write root: ``merged`` is what its sandbox takes as /."""
+class SessionLayer:
+    """One session's writable layers on one tmpfs of ``layer_bytes``: its root's
+    (``root/``: an overlay of the host's root or of an image's layers, V12, V13) and
+    its workspace's (``w/``: an overlay of the host directory, V14), each mounted when
+    first asked for. ``root_merged`` is what its sandbox takes as /, ``workspace_view``
+    what its commands and file tools see as the workspace."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.merged = directory / "merged"
+        self.root_merged: Path | None = None
+        self.workspace_view: Path | None = None
 
     @classmethod
-    def make(cls, directory: Path, layer_bytes: int) -> RootLayer:
-        """A tmpfs of ``layer_bytes`` at ``directory`` (made here, private) holding the
-        upper layer, and the overlay of / over it. Raises LayerError."""
+    def make(cls, directory: Path, layer_bytes: int) -> SessionLayer:
+        """A tmpfs of ``layer_bytes`` at ``directory`` (made here, private). Raises
+        LayerError."""
         if os.geteuid() != 0:
             raise LayerError(
-                "an overlay of the host's root is mounted by a daemon run as root, and "
-                'this one is not (its sessions keep root = "host")'
+                "a session's layers are mounted by a daemon run as root, and this one is "
+                'not (root = "overlay" or an image, workspace_mode = "overlay")'
             )
-        if any(c in str(directory) for c in ",:\\"):  # overlay's option syntax
-            raise LayerError(f"its directory {directory} holds a ',', ':' or '\\'")
+        _check_option_path(directory)
         directory.mkdir(mode=0o700)
         layer = cls(directory)
         try:
@@ -82,19 +90,49 @@ class RootLayer:
                 _MS_NOSUID | _MS_NODEV,
                 f"size={layer_bytes},mode=0700",
             )
-            for name in ("upper", "work", "merged"):
-                (directory / name).mkdir(mode=0o755)
-            _apt_as_root(directory / "upper")
-            options = f"lowerdir=/,upperdir={directory / 'upper'},workdir={directory / 'work'}"
-            _mount("toolpool-root", layer.merged, "overlay", 0, options + ",redirect_dir=on")
         except BaseException:
             layer.remove()
             raise
         return layer
 
+    def mount_root(self, lowers: Sequence[Path] = (Path("/"),), *, userxattr: bool = False) -> Path:
+        """The overlay of ``lowers`` (the topmost first, as overlay lists them) with
+        its upper layer here; where apt is, apt's sandbox user is root in it."""
+        if self.root_merged is None:
+            for lower in lowers:
+                _check_option_path(lower)
+            merged = self._overlay(
+                "root", ":".join(str(p) for p in lowers), userxattr, _apt_as_root
+            )
+            self.root_merged = merged
+        return self.root_merged
+
+    def mount_workspace(self, workspace: Path) -> Path:
+        """The overlay of the host directory ``workspace`` with its upper layer here:
+        the session's view of its workspace, the host's never written."""
+        if self.workspace_view is None:
+            _check_option_path(workspace)
+            self.workspace_view = self._overlay("w", str(workspace), False, None)
+        return self.workspace_view
+
+    def _overlay(
+        self, name: str, lowerdir: str, userxattr: bool, prepare: Callable[[Path, str], None] | None
+    ) -> Path:
+        place = self.directory / name
+        place.mkdir(mode=0o755, exist_ok=True)  # a mount that failed may have left it
+        for part in ("upper", "work", "merged"):
+            (place / part).mkdir(mode=0o755, exist_ok=True)
+        if prepare is not None:
+            prepare(place / "upper", lowerdir.split(":")[0])
+        options = f"lowerdir={lowerdir},upperdir={place / 'upper'},workdir={place / 'work'}"
+        options += ",userxattr" if userxattr else ",redirect_dir=on"
+        _mount(f"toolpool-{name}", place / "merged", "overlay", 0, options)
+        return place / "merged"
+
     def root_args(self) -> tuple[str, ...]:
-        """bubblewrap's arguments that make the merged tree the sandbox's root."""
-        return ("--bind", str(self.merged), "/")
+        """bubblewrap's arguments that make the merged root the sandbox's root."""
+        assert self.root_merged is not None
+        return ("--bind", str(self.root_merged), "/")
 
     def used_bytes(self) -> int:
         """What the session's writes take on its layer's tmpfs."""
@@ -105,9 +143,14 @@ class RootLayer:
         return (found.f_blocks - found.f_bfree) * found.f_frsize
 
     def remove(self) -> None:
-        """Unmount the overlay and the tmpfs (lazily: a process still inside keeps its
-        view until it ends) and remove the directory; idempotent."""
+        """Unmount the overlays and the tmpfs (lazily: a process still inside keeps
+        its view until it ends) and remove the directory; idempotent."""
         remove_layers(self.directory)
+
+
+def _check_option_path(path: Path) -> None:
+    if any(c in str(path) for c in ",:\\"):  # overlay's option syntax
+        raise LayerError(f"{path} holds a ',', ':' or '\\', which overlay options cannot name")
 
 
 # apt drops to "_apt" for its downloads, which needs capabilities a command lacks
@@ -115,10 +158,11 @@ class RootLayer:
 APT_SANDBOX = 'APT::Sandbox::User "root";\n'
 
 
-def _apt_as_root(upper: Path) -> None:
-    """Where the host has apt, the session's layer starts with its sandbox user set to
-    root (a file of the upper layer: the host's /etc stays as it is)."""
-    if not os.path.isdir("/etc/apt/apt.conf.d"):
+def _apt_as_root(upper: Path, top: str) -> None:
+    """Where the root has apt (``top``: its topmost lower layer), the session's layer
+    starts with its sandbox user set to root (a file of the upper layer: the lower
+    layers' /etc stays as it is)."""
+    if not os.path.isdir(os.path.join(top, "etc/apt/apt.conf.d")):
         return
     conf = upper / "etc" / "apt" / "apt.conf.d"
     conf.mkdir(mode=0o755, parents=True)

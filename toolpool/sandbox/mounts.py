@@ -14,7 +14,7 @@ import functools
 import os
 import site
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolpool.sandbox import confine_exec
@@ -59,12 +59,17 @@ HOST_ROOT = ("--ro-bind", "/", "/")
 
 
 def bwrap_mounts(
-    roots: Sequence[Path], policy: Policy, tmp_bytes: int, root: Sequence[str] = HOST_ROOT
+    roots: Sequence[Path],
+    policy: Policy,
+    tmp_bytes: int,
+    root: Sequence[str] = HOST_ROOT,
+    views: Mapping[str, str] | None = None,
 ) -> list[str]:
     """bubblewrap's mount arguments. Order matters: the root (``root``, bubblewrap's
     arguments that mount /), masks of paths that contain a root go first, then what
     must stay visible under a mask (the interpreter, the resolver configuration),
-    then the roots, then masks inside the roots."""
+    then the roots, then masks inside the roots. ``views``: what is bound at a root's
+    real path instead of the root itself (its session's overlay of it, V14)."""
     real_roots = [os.path.realpath(r) for r in roots]
     args = [*root, "--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
@@ -85,7 +90,7 @@ def bwrap_mounts(
         if not _strictly_under(path, keep):  # a bind brings what lies under it along
             args += ["--ro-bind", path, path]
     for root in real_roots:
-        args += ["--bind", root, root]
+        args += ["--bind", (views or {}).get(root, root), root]
     for mask in inner:
         args += _mask(mask, mask in directories)
     # Read-only only once everything under the masks is mounted.

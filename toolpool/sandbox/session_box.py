@@ -35,7 +35,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolpool.errors import ToolError
@@ -97,9 +97,11 @@ class SessionSandbox:
         policy: Policy | None = None,
         profile: SandboxProfile | None = None,
         root: Sequence[str] = HOST_ROOT,
+        views: Mapping[str, str] | None = None,
     ) -> SessionSandbox:
         """Start a session sandbox with ``roots`` writable (the first is the
-        workspace). A start that fails before the helper is ready is tried again,
+        workspace), each bound from its ``views`` entry where it has one (V14). A
+        start that fails before the helper is ready is tried again,
         up to START_ATTEMPTS in all (SPEC X12). Raises SandboxStartError."""
         policy = policy or active_policy()
         profile = profile or active_profile()
@@ -118,7 +120,7 @@ class SessionSandbox:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return cls._start_once(
-                    helper, roots, network, tmp_bytes, socket_dir, policy, profile, root
+                    helper, roots, network, tmp_bytes, socket_dir, policy, profile, root, views
                 )
             except SandboxStartError as exc:
                 if not exc.again or attempt == START_ATTEMPTS:
@@ -138,6 +140,7 @@ class SessionSandbox:
         policy: Policy,
         profile: SandboxProfile,
         root: Sequence[str],
+        views: Mapping[str, str] | None,
     ) -> SessionSandbox:
         # Short: a socket's path must fit in 108 bytes, whatever socket_dir is.
         path = socket_dir / f"{os.getpid():x}.{next(_names):x}"
@@ -158,7 +161,7 @@ class SessionSandbox:
             if profile.active("seccomp"):
                 filter_fd = seccomp.bpf_fd("command")
                 opened.append(filter_fd)
-            argv = _bwrap_argv(roots, tmp_bytes, policy, root)
+            argv = _bwrap_argv(roots, tmp_bytes, policy, root, views)
             pass_fds = [listener.fileno(), ready_w, lifeline_r, binary]
             pass_fds += [filter_fd] if filter_fd >= 0 else []
             info_r = info_w = -1
@@ -259,14 +262,18 @@ class _NotReady(Exception):
 
 
 def _bwrap_argv(
-    roots: Sequence[Path], tmp_bytes: int, policy: Policy, root: Sequence[str]
+    roots: Sequence[Path],
+    tmp_bytes: int,
+    policy: Policy,
+    root: Sequence[str],
+    views: Mapping[str, str] | None,
 ) -> list[str]:
     """bubblewrap's command line, but the network part and the helper's own."""
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--as-pid-1"]
     argv += ["--unshare-ipc", "--unshare-uts", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
     argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
     argv += ["--cap-add", "CAP_SYS_RESOURCE"]  # to set max_user_namespaces to 0
-    argv += bwrap_mounts(roots, policy, tmp_bytes, root)
+    argv += bwrap_mounts(roots, policy, tmp_bytes, root, views)
     return [*argv, "--chdir", str(roots[0])]
 
 

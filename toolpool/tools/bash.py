@@ -230,12 +230,18 @@ def _start(
     (SPEC V1), else in a sandbox of its own —, its shell's memory files, and the
     session's root layer where it has one (V12)."""
     argv = ["bash", "-c", command]
-    cwd = state.start_cwd()
     sandbox = ctx.shells.sandbox() if ctx.shells is not None else None
+    cwd = state.start_cwd(sandbox.working_dir if sandbox is not None else "")
     if sandbox is None and ctx.root != "host":
         raise ToolError(
             f'This session\'s root is "{ctx.root}", which only a session sandbox of the '
             "daemon gives (here every command would get the host's root).",
+            code="sandbox_failed",
+        )
+    if sandbox is None and ctx.workspace_overlay and ctx.workspace_view is None:
+        raise ToolError(
+            "This session's workspace_mode is \"overlay\", which only the daemon's pool "
+            "gives (here the command would write the host's directory).",
             code="sandbox_failed",
         )
     shell = state.command_shell(IN_SESSION_FDS if sandbox is not None else None)
@@ -243,12 +249,12 @@ def _start(
         if sandbox is None:
             return start_per_call(argv, ctx, limits, cwd, shell, deadline), shell, None
         try:
-            run = start_in_session(sandbox.socket, argv, ctx, cwd, shell)
+            run = start_in_session(sandbox.socket, argv, ctx, cwd, shell, sandbox.env)
         except SpawnError:  # it ended since (its session reopened?): ask once more
             sandbox = ctx.shells.sandbox(again=True) if ctx.shells is not None else None
             if sandbox is None:
                 raise ToolError("The session's sandbox is gone.", code="sandbox_failed") from None
-            run = start_in_session(sandbox.socket, argv, ctx, cwd, shell)
+            run = start_in_session(sandbox.socket, argv, ctx, cwd, shell, sandbox.env)
         return run, shell, sandbox.layer
     except BaseException:
         shell.close()
@@ -260,7 +266,11 @@ def shell_state(ctx: ToolContext) -> SavedShell:
     each worker running one of its commands finds it."""
     assert ctx.scratch_dir is not None
     return SavedShell.of_session(
-        ctx.scratch_dir, ctx.workspace, ctx.extra_roots, persistent=ctx.persistent_shell
+        ctx.scratch_dir,
+        ctx.workspace,
+        ctx.extra_roots,
+        persistent=ctx.persistent_shell,
+        view=ctx.workspace_view,
     )
 
 

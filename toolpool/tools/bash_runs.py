@@ -43,6 +43,7 @@ from toolpool.sandbox.spawn import SpawnedCommand, SpawnError, current_rlimits, 
 from toolpool.sandbox.spawn import spawn as spawn_in
 from toolpool.sandbox.terminate import ProcessGroup, ProcessSet, ProcessTree, Together, terminate
 from toolpool.tool import ToolContext
+from toolpool.tools.paths import root_views
 from toolpool.tools.shell_state import CommandShell
 
 DRAIN_AFTER_EXIT = 1.0  # seconds to read what a sandbox that failed wrote
@@ -135,12 +136,19 @@ class SessionRun:
 
 
 def start_in_session(
-    socket_path: Path, argv: list[str], ctx: ToolContext, cwd: Path, shell: CommandShell
+    socket_path: Path,
+    argv: list[str],
+    ctx: ToolContext,
+    cwd: Path,
+    shell: CommandShell,
+    base: Mapping[str, str] | None = None,
 ) -> Run:
-    """``argv`` started in the session sandbox serving ``socket_path``. Raises
+    """``argv`` started in the session sandbox serving ``socket_path``; ``base``: the
+    environment an image root gives (V13), under toolpool's own variables. Raises
     SpawnError when the sandbox cannot be reached (ask the pool again), ToolError
     ``sandbox_failed`` when its helper could not start the command."""
-    env = {**_base_environment(active_policy()), **shell.env}
+    own = _base_environment(active_policy())
+    env = {**own, **base, **_OURS, **shell.env} if base else {**own, **shell.env}
 
     def attempt(last: bool) -> Run | None:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
@@ -183,6 +191,9 @@ def start_in_session(
         return None
 
     return _retried(attempt)
+
+
+_OURS = {"HOME": PRIVATE_HOME, **ENV}  # what an image's Env does not replace
 
 
 @functools.lru_cache(maxsize=4)
@@ -284,6 +295,7 @@ def start_per_call(
 def _spawn(
     argv: list[str], ctx: ToolContext, limits: Limits, cwd: Path, shell: CommandShell
 ) -> tuple[subprocess.Popen[bytes], Confinement]:
+    views = {str(k): str(v) for k, v in root_views(ctx).items()}
     with sandbox_command.confined(
         argv,
         workspace=ctx.workspace,
@@ -292,10 +304,13 @@ def _spawn(
         tmp_bytes=limits.tmp_bytes,
         env={**ENV, **shell.env},
         cwd=cwd,
+        views=views,
     ) as box:
         process = subprocess.Popen(
             box.argv,
-            cwd=cwd,
+            # bubblewrap goes to cwd itself: in a workspace overlay, it may be a
+            # directory the host's workspace does not have.
+            cwd="/" if views else cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -70,6 +70,22 @@ class Access(Enum):
     WRITE = "write"
 
 
+def root_views(ctx: ToolContext) -> dict[Path, Path]:
+    """Where the session sees a root, where that is not the root itself: its overlay
+    of the workspace (SPEC V14). A session whose workspace is an overlay that this
+    executor does not give (in-process) has every file tool refused: it would read
+    and write the host's directory."""
+    if not ctx.workspace_overlay:
+        return {}
+    if ctx.workspace_view is None:
+        raise ToolError(
+            "This session's workspace_mode is \"overlay\", which only the daemon's pool "
+            "gives (here the file tools would write the host's directory).",
+            code="sandbox_failed",
+        )
+    return {Path(os.path.realpath(ctx.workspace)): ctx.workspace_view}
+
+
 def allowed_roots(ctx: ToolContext, access: Access) -> list[Path]:
     """The resolved roots a path may lie under for ``access``, workspace first."""
     roots = [ctx.workspace, *ctx.extra_roots]
@@ -187,8 +203,9 @@ def _under(path: PurePosixPath | Path, root: Path) -> bool:
 class _Walk:
     """One resolution: the state of the walk, and the fds it holds."""
 
-    def __init__(self, roots: list[Path]) -> None:
+    def __init__(self, roots: list[Path], views: dict[Path, Path]) -> None:
         self.roots = roots
+        self.views = views  # a root's real path → where its session sees it (V14)
         self.root_fds: dict[Path, int] = {}
         self.root: Path | None = None  # the root the walk is under, None outside all
         self.outside = PurePosixPath("/")  # where the walk is, while outside all roots
@@ -213,7 +230,7 @@ class _Walk:
         if self.fds:
             return self.fds[-1]
         if self.root not in self.root_fds:
-            self.root_fds[self.root] = os.open(self.root, _ROOT_FLAGS)
+            self.root_fds[self.root] = os.open(self.views.get(self.root, self.root), _ROOT_FLAGS)
         return self.root_fds[self.root]
 
     def _here(self) -> PurePosixPath:
@@ -383,7 +400,7 @@ def open_path(raw: str, ctx: ToolContext, access: Access) -> Resolved:
         raise ToolError("The path contains a NUL character.")
     roots = allowed_roots(ctx, access)
     joined = os.path.join(ctx.workspace, raw)  # an absolute ``raw`` replaces the workspace
-    walk = _Walk(roots)
+    walk = _Walk(roots, root_views(ctx))
     try:
         resolved = walk.run(joined)
     except _Escape as escape:

@@ -41,7 +41,7 @@ from toolpool.sandbox.landlock import start_restricted
 from toolpool.sandbox.policy import active_policy
 from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
-from toolpool.tools.paths import Access, allowed_roots
+from toolpool.tools.paths import Access, allowed_roots, root_views
 
 RIPGREP_DEFAULTS = (
     "--no-config",
@@ -152,7 +152,8 @@ def ripgrep_readable(ctx: ToolContext) -> list[str] | None:
     if not active_profile().active("landlock"):
         return None  # rg reads by name, unconfined, as before (see the docstring)
     roots = allowed_roots(ctx, Access.READ)
-    readable = [str(r) for r in roots if r.is_dir()]
+    views = root_views(ctx)
+    readable = [str(views.get(r, r)) for r in roots if r.is_dir()]
     return [*readable, *_ignore_files_above(roots), *ripgrep_needs(ripgrep_executable())]
 
 

@@ -87,31 +87,55 @@ class SavedShell:
 
     @classmethod
     def of_session(
-        cls, scratch_dir: Path, workspace: Path, roots: tuple[Path, ...], *, persistent: bool
+        cls,
+        scratch_dir: Path,
+        workspace: Path,
+        roots: tuple[Path, ...],
+        *,
+        persistent: bool,
+        view: Path | None = None,
     ) -> SavedShell:
-        """The saved shell of the session whose scratch directory is ``scratch_dir``."""
-        return cls(scratch_dir / "bash" / "shell", workspace, roots, persistent=persistent)
+        """The saved shell of the session whose scratch directory is ``scratch_dir``;
+        ``view``: where its workspace overlay shows the workspace (V14)."""
+        directory = scratch_dir / "bash" / "shell"
+        return cls(directory, workspace, roots, persistent=persistent, view=view)
 
     def __init__(
-        self, directory: Path, workspace: Path, roots: tuple[Path, ...], *, persistent: bool
+        self,
+        directory: Path,
+        workspace: Path,
+        roots: tuple[Path, ...],
+        *,
+        persistent: bool,
+        view: Path | None = None,
     ) -> None:
         self.directory = directory
         self.workspace = workspace
         self._roots = tuple(os.path.realpath(r) for r in (workspace, *roots))
+        self._view = view
         self.persistent = persistent
         self._saved_cwd: bytes | None = None  # as start_cwd read it: unchanged, not written
 
-    def start_cwd(self) -> Path:
+    def start_cwd(self, first: str = "") -> Path:
         """Where the next command starts: the saved directory while it still is one
-        inside the roots, else the workspace."""
+        inside the roots, else the workspace; ``first`` (an image's WorkingDir, V13)
+        instead of the workspace while nothing is saved, when it lies inside them."""
         try:
             self._saved_cwd = (self.directory / _CWD_FILE).read_bytes()
             saved = self._saved_cwd.decode()
         except (OSError, UnicodeDecodeError):
-            return self.workspace
-        if self._inside(saved) and os.path.isdir(saved):
+            return Path(first) if first and self._inside(first) else self.workspace
+        if self._inside(saved) and os.path.isdir(self._seen(saved)):
             return Path(saved)
         return self.workspace
+
+    def _seen(self, path: str) -> str:
+        """Where ``path`` (inside the roots) is seen from here: in the workspace's
+        overlay for a session that has one."""
+        workspace = self._roots[0]
+        if self._view is None or not is_under(path, workspace):
+            return path
+        return str(self._view) + path[len(workspace) :]
 
     def command_shell(self, inside: tuple[int, int] | None = None) -> CommandShell:
         """The prelude for the next command, and an empty report for it; ``inside``:
@@ -166,7 +190,7 @@ class SavedShell:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.persistent:
             _replace(self.directory / _STATE_FILE, state)
-        if path and self._inside(path) and os.path.isdir(path):
+        if path and self._inside(path) and os.path.isdir(self._seen(path)):
             if cwd != self._saved_cwd:
                 _replace(self.directory / _CWD_FILE, cwd)
             return None

@@ -400,11 +400,14 @@ class _Places:
     workspace: Path
     extra_roots: tuple[Path, ...]
     scratch_dir: Path | None
+    workspace_view: Path | None
 
     @classmethod
     def of(cls, context: CallContext) -> _Places:
         scratch = None if context.scratch_dir is None else Path(context.scratch_dir)
-        return cls(Path(context.workspace), tuple(Path(p) for p in context.extra_roots), scratch)
+        view = Path(context.workspace_view) if context.workspace_view else None
+        roots = tuple(Path(p) for p in context.extra_roots)
+        return cls(Path(context.workspace), roots, scratch, view)
 
 
 async def _awaited(value: Awaitable[Any]) -> Any:
@@ -438,6 +441,9 @@ def tool_context(
         persistent_shell=context.persistent_shell,
         root=context.root,
         layer_bytes=context.layer_bytes,
+        image=context.image,
+        workspace_overlay=context.workspace_overlay,
+        workspace_view=places.workspace_view,
         scratch_dir=places.scratch_dir,
         cancel_token=token,
         progress=progress,

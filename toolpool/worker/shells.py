@@ -50,7 +50,8 @@ class WorkerShells:
             self._sandboxes.clear()
         found = None
         if reply.socket:
-            found = SandboxAddress(Path(reply.socket), Path(reply.layer) if reply.layer else None)
+            layer = Path(reply.layer) if reply.layer else None
+            found = SandboxAddress(Path(reply.socket), layer, reply.env, reply.working_dir)
         self._sandboxes[key] = found
         return found
 
