@@ -119,10 +119,15 @@ class FileReadRegister:
         self.record(path, dataclasses.replace(stamp, partial=True))
         return True
 
-    def freshness(self, path: str | os.PathLike[str]) -> Freshness:
+    def freshness(
+        self, path: str | os.PathLike[str], at: str | os.PathLike[str] | None = None
+    ) -> Freshness:
         """Compare the file on disk with its stamp. Cheap: a stat, and a hash only
-        when the mtime or size moved (a file touched but unchanged is still fresh)."""
+        when the mtime or size moved (a file touched but unchanged is still fresh).
+        ``at``: where the file is looked at when not at ``path`` (through the fd of
+        its directory: in a session's overlay of its workspace, SPEC V14)."""
         stamp = self.get(path)
+        path = path if at is None else at
         if stamp is None:
             return Freshness.NEVER_READ
         if stamp.partial:
@@ -139,7 +144,11 @@ class FileReadRegister:
         return Freshness.FRESH if content_hash(data) == stamp.content_hash else Freshness.CHANGED
 
     def check_before_write(
-        self, path: str | os.PathLike[str], *, shown: Callable[[], str] | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shown: Callable[[], str] | None = None,
+        at: str | os.PathLike[str] | None = None,
     ) -> ValidationResult:
         """F3: the check edit and write run in ``validate``.
 
@@ -148,9 +157,9 @@ class FileReadRegister:
         the file as ``shown()`` gives it (the tools give its workspace-relative form,
         SPEC E4; called only for a refusal), else as ``path``.
         """
-        if not os.path.lexists(path):
+        if not os.path.lexists(path if at is None else at):
             return ValidationResult.passed()
-        freshness = self.freshness(path)
+        freshness = self.freshness(path, at)
         if freshness is Freshness.FRESH:
             return ValidationResult.passed()
         name = os.fspath(path) if shown is None else shown()

@@ -254,6 +254,7 @@ class SessionSandboxes:
         config = self._processes.config
         if self._image_cache is None:
             self._image_cache = ImageCache(config.image_cache, config.image_cache_bytes)
+            self._image_cache.remove_stale()  # what crashed unpacks left
         try:
             image = self._image_cache.prepare(
                 Path(context.image), allowed_dirs=config.image_dirs, denied=self._denied()

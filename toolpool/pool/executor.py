@@ -123,6 +123,7 @@ class PoolExecutor:
                 self._mount_view(request, done, self._context(ctx, network))
                 return
             view = str(mounted)
+            ctx.workspace_view = mounted  # the paths named below are the view's
         stamps = {}
         for path in spec.file_paths(call.arguments, ctx):
             stamp = ctx.files.get(path)

@@ -409,7 +409,7 @@ class _Plan:
                     f"{op} {file.shown}: {exc.message}{why}", details=exc.details
                 ) from None
         else:
-            match self.ctx.files.freshness(file.target.path):
+            match self.ctx.files.freshness(file.target.path, file.target.seen_at()):
                 case Freshness.NEVER_READ:
                     raise _refused(f"{op} {file.shown}: it has not been read.{why}", CODE_NOT_READ)
                 case Freshness.PARTIAL:

@@ -130,6 +130,11 @@ class Resolved:
             os.close(self.dir_fd)
             self.dir_fd = -1
 
+    def seen_at(self) -> str:
+        """A name of the target through its directory's fd: where it lies in the
+        session's view (its workspace overlay, SPEC V14), for what looks by name."""
+        return os.path.join(f"/proc/self/fd/{self.dir_fd}", *self.missing, self.name)
+
     def _not_found(self) -> FileNotFoundError:
         return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(self.path))
 

@@ -91,7 +91,9 @@ def check_before_write(ctx: ToolContext, target: Resolved) -> ValidationResult:
     since its read (code 3) shows what changed (F9), and when it shows the whole
     file, the register gets the stamp of exactly the bytes shown."""
     path = target.path
-    verdict = ctx.files.check_before_write(path, shown=lambda: display(path, ctx))
+    verdict = ctx.files.check_before_write(
+        path, shown=lambda: display(path, ctx), at=target.seen_at()
+    )
     stamp = ctx.files.get(path)
     if verdict.code != CODE_STALE or stamp is None:
         return verdict
