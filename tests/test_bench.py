@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from bench import perfdso
+from bench.scenarios import environment as environment_scenario
 
 # The quick bench runs every scenario once (a few minutes on a loaded machine): the
 # module's tests share that one run, whose own bound is the subprocess's timeout.
@@ -131,10 +132,13 @@ def test_quick_bench_writes_every_scenario_with_its_samples(
         for row in through.values()
     )
     environment = data["environment"]
-    assert set(environment) == {"host root", "host root, network"}
+    assert set(environment) == set(environment_scenario.kinds(Path("/images")))
+    assert {"host root", "host root, network"} <= set(environment)
     assert all(
         row["first_command_ms"] > 0 and row["idle_rss_mib"] > 0 for row in environment.values()
     )
+    if "overlay root" in environment:  # its layer holds apt's sandbox setting at least
+        assert environment["overlay root"]["idle_layer_bytes"] > 0
 
     peers = data["peers"]["throughput_calls_per_second"]
     assert {"ProcessPoolExecutor", "multiprocess.Pool", "toolpool"} <= set(peers)
