@@ -227,3 +227,26 @@ def test_V13_an_absolute_symlink_made_in_an_image_root_never_leads_a_file_tool_t
         read = call(session, "read", path="link")
     # Then it is refused: the link points outside the roots, in any view
     assert read.is_error and "outside" in read.text, read.text
+
+
+@pytest.mark.spec("V13")
+def test_V13_no_command_reaches_the_image_cache_or_another_sessions_layer(
+    client: Client, daemon: Daemon, places: dict[str, Path], workspace: Path
+) -> None:
+    cache = places["root"] / "cache"
+    layers = daemon.runtime / f"workers-{daemon.pid}" / "s"
+    image = {"image": str(places["oci"])}
+    with client.session(workspace, root=image) as first, client.session(workspace) as plain:
+        output(call(first, "bash", command="echo s3cr3t-content > /etc/secret"))
+        assert list(cache.glob("layers/*/root/etc/kept.txt"))  # the cache is there
+        for session in (first, plain):
+            # When a command looks for the cache and the sessions' layers by name
+            look = (
+                f"cat {layers}/*/root/upper/etc/secret 2>/dev/null; "
+                f"ls -A {cache} 2>/dev/null | busybox wc -l"
+            )
+            # Then it finds nothing there: both are masked (empty, or absent)
+            assert output(call(session, "bash", command=look)).strip() == "0"
+            # And writing to the cache by name changes nothing in it
+            call(session, "bash", command=f"echo x > {cache}/planted")
+            assert not (cache / "planted").exists()

@@ -19,7 +19,7 @@ from toolpool.sandbox.profile import SandboxProfile
 from toolpool.tools import read_tool, write_tool
 from toolpool.tools.bash import bash
 
-from .daemon_support import Daemon, shared_daemon
+from .daemon_support import Daemon, running_daemon, shared_daemon
 from .shell_support import call, read_until, wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -214,3 +214,26 @@ def test_V14_in_process_an_overlay_workspace_is_refused_never_written_in_place(
     ], results
     assert all('workspace_mode is "overlay"' in r.text for r in results)
     assert os.listdir(workspace) == []
+
+
+@pytest.mark.spec("V14")
+@pytest.mark.spec("V15")
+def test_V14_without_session_sandboxes_each_command_gets_the_overlay_bound_in_its_own(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Given a daemon whose commands get a bubblewrap each (the session mechanism off)
+    (workspace / "kept.txt").write_text("host\n")
+    with (
+        running_daemon(tmp_path, "--sandbox-disabled", "session") as daemon,
+        Client(runtime_dir=daemon.runtime, timeout=120) as client,
+        client.session(workspace, workspace_mode="overlay") as session,
+    ):
+        # When a command changes the workspace, and a background shell reads it
+        output(call(session, "bash", command="echo changed > kept.txt"))
+        shell = call(session, "bash", command="cat kept.txt", run_in_background=True)
+        # Then the shell and the file tools see the session's view
+        read_out, _ = read_until(session, str(shell.details["shell_id"]), "changed")
+        assert "changed" in read_out
+        assert "changed" in ok(call(session, "read", path="kept.txt"))
+    # And the host's file never changed
+    assert (workspace / "kept.txt").read_text() == "host\n"

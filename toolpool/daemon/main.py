@@ -325,9 +325,12 @@ ROOT_WARNING = (
 
 def confinement_policy(config: DaemonConfig, runtime: Path) -> Policy:
     """What confined code may not see: deny_read (toolpool's default list unless
-    configured), the runtime dir and the key files (X2, X6, X9)."""
+    configured), the runtime dir, the key files (X2, X6, X9) and, with images on, the
+    image cache (V13: its layers are mounted read-only, never reached by name)."""
     deny = default_deny_read() if config.deny_read is None else config.deny_read
     keys = [p for p in (config.curve_secret_key, config.curve_authorized_keys) if p is not None]
+    if config.image_dirs:
+        keys.append(config.image_cache or default_cache_root())
     return Policy(
         hidden=(*deny, str(runtime), *(str(k) for k in keys)),
         env_passthrough=config.env_passthrough,
