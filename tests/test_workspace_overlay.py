@@ -237,3 +237,17 @@ def test_V14_without_session_sandboxes_each_command_gets_the_overlay_bound_in_it
         assert "changed" in ok(call(session, "read", path="kept.txt"))
     # And the host's file never changed
     assert (workspace / "kept.txt").read_text() == "host\n"
+
+
+@pytest.mark.spec("V16")
+def test_V16_the_doctor_mounts_a_sessions_layers_and_leaves_nothing_mounted() -> None:
+    from toolpool.sandbox.layers import layers_self_check
+
+    def ours() -> list[str]:
+        with open("/proc/self/mountinfo") as table:
+            return [line for line in table if "toolpool-layers-" in line]
+
+    ok_, detail = layers_self_check()
+    assert ok_, detail
+    assert "overlays of / and of a directory" in detail
+    assert ours() == []

@@ -345,16 +345,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         session_detail = "off: each command gets a sandbox of its own (see the profile above)"
         mark = "[yellow]off[/]"
     console.print(f"[bold]session sandbox[/]: {mark} — {session_detail}")
-    if os.geteuid() == 0:
-        console.print(
-            '[bold]root = "overlay"[/]: offered (the daemon runs as root and mounts each '
-            "session's layer)"
-        )
-    else:
-        console.print(
-            '[bold]root = "overlay"[/]: [yellow]off[/] — the overlay of the host\'s root '
-            "is mounted by a daemon run as root; this user's sessions keep the host's root"
-        )
+    from toolpool.sandbox.layers import layers_self_check
+
+    layers_ok, layers_detail = layers_self_check()  # V12–V14
+    mark = "[green]works[/]" if layers_ok else "[yellow]off[/]"
+    what = "[bold]session layers[/] (overlay and image roots, overlay workspaces)"
+    console.print(f"{what}: {mark} — {layers_detail}")
     if os.geteuid() == 0:
         console.print(
             "[yellow]running as root[/]: commands run without capabilities, but still pass "

@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -204,3 +205,30 @@ def remove_layers(directory: Path) -> None:
     if mounts_under(directory):
         raise OSError(f"{directory} still holds mounts: left in place")
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def layers_self_check() -> tuple[bool, str]:
+    """Whether a session's layers can be made here (``toolpool doctor``): a tmpfs, an
+    overlay of the host's root and one of a directory, mounted, written through and
+    removed in a private temporary directory; what failed otherwise."""
+    if os.geteuid() != 0:
+        return False, (
+            'off: a daemon run as root mounts them (root = "overlay" or an image, '
+            'workspace_mode = "overlay"); this one\'s sessions have their commands refused'
+        )
+    with tempfile.TemporaryDirectory(prefix="toolpool-layers-") as place:
+        lower = Path(place) / "lower"
+        lower.mkdir()
+        try:
+            layer = SessionLayer.make(Path(place) / "l", 1024 * 1024)
+            try:
+                view = layer.mount_workspace(lower)
+                root = layer.mount_root()
+                (view / "probe").write_text("x")
+                if (lower / "probe").exists() or not (root / "etc").is_dir():
+                    return False, "the overlays do not keep writes to their upper layer"
+            finally:
+                layer.remove()
+        except (LayerError, OSError) as exc:
+            return False, str(exc)
+    return True, "a tmpfs and overlays of / and of a directory mount here and are removed"
