@@ -251,3 +251,24 @@ def test_V16_the_doctor_mounts_a_sessions_layers_and_leaves_nothing_mounted() ->
     assert ok_, detail
     assert "overlays of / and of a directory" in detail
     assert ours() == []
+
+
+@pytest.mark.spec("V16")
+def test_V16_toolpool_status_prints_a_sessions_modes_and_layers(
+    client: Client, daemon: Daemon, workspace: Path
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from toolpool.cli_reports import print_status
+
+    with client.session(workspace, workspace_mode="overlay") as session:
+        before = io.StringIO()
+        print_status(client.status(), Console(file=before, width=200))
+        ok(call(session, "write", path="a.txt", content="a\n"))
+        after = io.StringIO()
+        print_status(client.status(), Console(file=after, width=200))
+    assert f"root host, workspace overlay, layers not made yet of {1024**3}" in before.getvalue()
+    assert "root host, workspace overlay, layers " in after.getvalue()
+    assert "not made yet" not in after.getvalue()

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
-from rich.markup import escape
 
 import toolpool
 from toolpool.client.control import ExitCode
@@ -261,43 +260,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return ExitCode.OK
-    console = _console()
-    workers = ", ".join(f"{n} {state}" for state, n in status.get("workers", {}).items() if n)
-    console.print(
-        f"[bold]daemon[/] pid {status['pid']}, up {status['uptime_seconds']} s"
-        + (" [yellow](draining)[/]" if status["draining"] else "")
-    )
-    console.print(
-        f"[bold]workers[/] {workers or 'none'}; {status.get('queued_calls', 0)} calls queued"
-    )
-    console.print(
-        f"[bold]limits[/] max_tool_concurrency {status['max_tool_concurrency']}, "
-        f"max_tool_errors {status['max_tool_errors']}"
-    )
-    if status.get("running_as_root"):
-        console.print(
-            "[yellow]running as root[/]: commands run without capabilities but still pass "
-            "owner checks on root's files; a dedicated unprivileged user is the safer way "
-            "to run the daemon"
-        )
-    console.print(f"[bold]sessions[/] {len(status['sessions'])}, clients {status['clients']}")
-    for session_id, info in status["sessions"].items():
-        failing = ", ".join(f"{t}: {n}" for t, n in info["breaker_failures"].items()) or "none"
-        opened = ", ".join(info["open_breakers"]) or "none"
-        console.print(
-            f"  {session_id} {info['workspace']}: {info['turns']} turns, failures {failing}, "
-            f"breakers open: {opened}"
-        )
-        for shell in info.get("shells", []):  # its background shells (F6)
-            code = "" if shell["exit_code"] is None else f" (exit {shell['exit_code']})"
-            console.print(
-                f"    shell {shell['shell_id']} {shell['state']}{code}, pid {shell['pid']}, "
-                f"{shell['output_bytes']} bytes: {escape(shell['command'])}"
-            )
-    console.print("[bold]sandbox[/]")
-    for name, mechanism in status.get("sandbox", {}).items():
-        mark = "[green]on [/]" if mechanism["active"] else "[yellow]off[/]"
-        console.print(f"  {mark} {name}: {mechanism['detail']}")
+    from toolpool.cli_reports import print_status
+
+    print_status(status, _console())
     return ExitCode.OK
 
 
@@ -318,48 +283,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     """Print which sandbox mechanisms this machine offers, and what is off and why."""
-    import shutil
+    from toolpool.cli_reports import doctor
 
-    from toolpool.sandbox import SandboxProfile
-
-    console = _console()
-    profile = SandboxProfile.probe()
-    console.print("[bold]sandbox profile[/] (strongest available is applied):")
-    for line in profile.describe():
-        style = "green" if line.startswith("on") else "yellow"
-        console.print(f"  [{style}]{line}[/]")
-    from toolpool.sandbox.selfcheck import self_check
-
-    ok, detail = self_check(profile)
-    style = "green" if ok else "red"
-    console.print(f"[bold]confined command[/]: [{style}]{'works' if ok else 'FAILS'}[/] — {detail}")
-    from toolpool.sandbox.selfcheck import session_self_check
-
-    # One sandbox per session (SPEC V1): where the mechanism is on, commands start in
-    # it, so its failing is the doctor's failing; off, commands get a sandbox each.
-    session_ok = True
-    if profile.active("session"):
-        session_ok, session_detail = session_self_check(profile)
-        mark = "[green]works[/]" if session_ok else "[red]FAILS[/]"
-    else:
-        session_detail = "off: each command gets a sandbox of its own (see the profile above)"
-        mark = "[yellow]off[/]"
-    console.print(f"[bold]session sandbox[/]: {mark} — {session_detail}")
-    from toolpool.sandbox.layers import layers_self_check
-
-    layers_ok, layers_detail = layers_self_check()  # V12–V14
-    mark = "[green]works[/]" if layers_ok else "[yellow]off[/]"
-    what = "[bold]session layers[/] (overlay and image roots, overlay workspaces)"
-    console.print(f"{what}: {mark} — {layers_detail}")
-    if os.geteuid() == 0:
-        console.print(
-            "[yellow]running as root[/]: commands run without capabilities, but still pass "
-            "owner checks on root's files; a dedicated unprivileged user is the safer way "
-            "to run the daemon"
-        )
-    rg = shutil.which("rg")
-    console.print(f"[bold]ripgrep[/]: {rg or 'missing (install the Debian package ripgrep)'}")
-    return ExitCode.OK if ok and session_ok else ExitCode.FAILED
+    return ExitCode.OK if doctor(_console()) else ExitCode.FAILED
 
 
 def _cmd_mcp_serve(args: argparse.Namespace) -> int:
