@@ -260,6 +260,9 @@ def test_the_call_context_is_a_map_on_the_wire() -> None:
         "persistent_shell": False,
         "root": "host",
         "layer_bytes": 0,
+        "image": "",
+        "workspace_overlay": False,
+        "workspace_view": "",
         "scratch_dir": None,
     }
     # A peer that leaves out the optional fields is read with their defaults.
