@@ -86,8 +86,8 @@ def _images(where: Path) -> Path:
     (rootfs / "tmp").mkdir(exist_ok=True)
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as tar:
-        for path in sorted(rootfs.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(rootfs)), recursive=False)
+        for member in sorted(rootfs.rglob("*")):
+            tar.add(member, arcname=str(member.relative_to(rootfs)), recursive=False)
     _write_oci(images / "oci", layer.getvalue())
     return images
 
