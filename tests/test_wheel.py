@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import zipfile
 from dataclasses import dataclass
@@ -25,23 +24,11 @@ import pytest
 from toolpool.runtime import SOCKET_NAME, read_endpoint
 
 from .daemon_support import ROOT, daemon_env, running
+from .wheel_support import build_wheel, install, tracked_files
 
 # Building the wheel and installing its dependencies is most of the time: the per-test
 # timeout would count it against the first test.
 pytestmark = [pytest.mark.spec("E5"), pytest.mark.timeout(240)]
-
-
-def _tracked_files() -> list[str]:
-    done = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
-    )
-    return [name for name in done.stdout.decode().split("\0") if name]
-
-
-def _run(argv: list[str]) -> None:
-    """Run a build step; one that fails shows what it said."""
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, f"{argv} exited with {done.returncode}:\n{done.stderr}"
 
 
 @dataclass(frozen=True)
@@ -75,21 +62,9 @@ class Installed:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     base = tmp_path_factory.mktemp("wheel")
-    source = base / "src"
-    for name in _tracked_files():
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # A tracked file another change deleted from the working tree is not built.
-        if (ROOT / name).is_file():
-            target.write_bytes((ROOT / name).read_bytes())
-    dist = base / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)])
-    (wheel,) = dist.glob("toolpool-*.whl")
+    wheel = build_wheel(base)
     venv = base / "venv"
-    # Without pip of its own (ensurepip costs seconds): this pip installs into it.
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-          "install", "-q", str(wheel)])  # fmt: skip
+    install(wheel, venv)
     home = base / "home"
     home.mkdir()
     return Installed(wheel, venv, home)
@@ -97,7 +72,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 def test_the_wheel_holds_every_file_of_the_package(installed: Installed) -> None:
     # Given the files the repo tracks under toolpool/ (py.typed among them)
-    tracked = {name for name in _tracked_files() if name.startswith("toolpool/")}
+    tracked = {name for name in tracked_files() if name.startswith("toolpool/")}
     assert "toolpool/py.typed" in tracked
     # When the wheel's files are listed
     with zipfile.ZipFile(installed.wheel) as wheel:

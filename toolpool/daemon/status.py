@@ -106,4 +106,8 @@ def _environment(
         used = None if pool is None else pool.shells.sandboxes.layer_used(session_id)
         if used is not None:
             found["layer_used_bytes"] = used
+        # A daemon not run as root mounts them in a user namespace of its own (V17).
+        found["layers_in"] = "host" if os.geteuid() == 0 else "user namespace"
+        if root.value == "overlay" and os.geteuid() != 0:
+            found["root_writable"] = "only what the daemon's user may write on the host"
     return found

@@ -101,7 +101,7 @@ class SessionSandboxes:
             return "", ""
         socket = str(await self._socket_for(context, limits))
         layer = self._layers.get(context.session_id)
-        return socket, "" if layer is None else str(layer.directory)
+        return socket, "" if layer is None else str(layer.seen(layer.directory))
 
     async def _socket_for(self, context: CallContext, limits: Limits) -> Path:
         network = limits.network or context.allow_network
@@ -132,7 +132,7 @@ class SessionSandboxes:
         directory, profile, policy = self._directory, self._profile, self._policy
 
         def start() -> SessionSandbox:
-            root, views = self._placed(context, directory)
+            root, views, enter = self._placed(context, directory)
             return SessionSandbox.start(
                 roots=roots,
                 network=entry.network,
@@ -142,6 +142,7 @@ class SessionSandboxes:
                 profile=profile,
                 root=root,
                 views=views,
+                enter=enter,
             )
 
         key = (context.session_id, entry.network)
@@ -173,7 +174,15 @@ class SessionSandboxes:
             return HOST_ROOT, {}
         directory = self._layers_directory()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._placed, context, directory)
+        root, views, enter = await loop.run_in_executor(
+            self._threads, self._placed, context, directory
+        )
+        if enter:
+            raise SandboxStartError(
+                "this daemon's layers live in a user namespace of their own, which only "
+                "session sandboxes enter (the session mechanism is off here)"
+            )
+        return root, views
 
     def mounted_view(self, session_id: str) -> Path | None:
         """The session's workspace overlay, once mounted (V14)."""
@@ -217,16 +226,17 @@ class SessionSandboxes:
 
     def _placed(
         self, context: CallContext, directory: Path
-    ) -> tuple[Sequence[str], dict[str, str]]:
-        """The session's root arguments and views, its layers made first (a thread)."""
+    ) -> tuple[Sequence[str], dict[str, str], tuple[str, ...]]:
+        """The session's root arguments, views and what a sandbox is started under to
+        see them (V17), its layers made first (a thread)."""
         if context.root == Root.HOST and not context.workspace_overlay:
-            return HOST_ROOT, {}
+            return HOST_ROOT, {}, ()
         layer = self._layer(context, directory)
         root = HOST_ROOT if layer.root_merged is None else layer.root_args()
         views = {}
-        if layer.workspace_view is not None:
-            views[os.path.realpath(context.workspace)] = str(layer.workspace_view)
-        return root, views
+        if layer.workspace_merged is not None:
+            views[os.path.realpath(context.workspace)] = str(layer.workspace_merged)
+        return root, views, layer.enter_argv()
 
     def _layer(self, context: CallContext, directory: Path) -> SessionLayer:
         """The session's writable layers, with what its options ask mounted: one

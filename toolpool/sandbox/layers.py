@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from toolpool.sandbox.layer_namespace import LayerNamespace
 from toolpool.sandbox.session_box import SandboxStartError
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -48,12 +50,6 @@ class LayerError(SandboxStartError):
         super().__init__(f"its copy-on-write layers could not be made: {why}")
 
 
-def _mount(source: str, target: Path, kind: str, flags: int, options: str) -> None:
-    if _libc.mount(source.encode(), os.fsencode(target), kind.encode(), flags, options.encode()):
-        errno = ctypes.get_errno()
-        raise LayerError(f"mount {kind} on {target}: {os.strerror(errno)}")
-
-
 def _unmount(target: Path) -> None:
     if _libc.umount2(os.fsencode(target), _MNT_DETACH) and ctypes.get_errno() not in (22, 2):
         raise OSError(ctypes.get_errno(), f"umount {target}: {os.strerror(ctypes.get_errno())}")
@@ -63,72 +59,155 @@ class SessionLayer:
     """One session's writable layers on one tmpfs of ``layer_bytes``: its root's
     (``root/``: an overlay of the host's root or of an image's layers, V12, V13) and
     its workspace's (``w/``: an overlay of the host directory, V14), each mounted when
-    first asked for. ``root_merged`` is what its sandbox takes as /, ``workspace_view``
-    what its commands and file tools see as the workspace."""
+    first asked for. A daemon run as root mounts them in the host's namespaces; any
+    other mounts them in a user namespace of its own (``space``, V17), where its
+    sandboxes start (``enter_argv``) and which its file tools reach from outside.
 
-    def __init__(self, directory: Path) -> None:
+    ``root_merged`` is what its sandbox takes as / and ``workspace_merged`` what it
+    binds at the workspace (paths of the mount namespace they are in);
+    ``workspace_view`` is where the file tools find the workspace from here."""
+
+    def __init__(self, directory: Path, space: LayerNamespace | None = None) -> None:
         self.directory = directory
+        self.space = space
         self.root_merged: Path | None = None
-        self.workspace_view: Path | None = None
+        self.workspace_merged: Path | None = None
 
     @classmethod
     def make(cls, directory: Path, layer_bytes: int) -> SessionLayer:
         """A tmpfs of ``layer_bytes`` at ``directory`` (made here, private). Raises
         LayerError."""
-        if os.geteuid() != 0:
-            raise LayerError(
-                "a session's layers are mounted by a daemon run as root, and this one is "
-                'not (root = "overlay" or an image, workspace_mode = "overlay")'
-            )
         _check_option_path(directory)
         directory.mkdir(mode=0o700)
         layer = cls(directory)
         try:
-            _mount(
-                "toolpool-layer",
-                directory,
-                "tmpfs",
-                _MS_NOSUID | _MS_NODEV,
-                f"size={layer_bytes},mode=0700",
-            )
+            if os.geteuid() != 0:
+                layer.space = LayerNamespace.start()
+            layer._mount("toolpool-layer", directory, "tmpfs", f"size={layer_bytes},mode=0700")
+        except OSError as exc:
+            layer.remove()
+            raise LayerError(str(exc)) from None
         except BaseException:
             layer.remove()
             raise
         return layer
 
+    def seen(self, path: Path) -> Path:
+        """Where ``path`` of the layers' mount namespace is reached from here."""
+        return path if self.space is None else Path(self.space.outside + str(path))
+
+    @property
+    def workspace_view(self) -> Path | None:
+        """The workspace's overlay as the file tools reach it (V15), once mounted."""
+        merged = self.workspace_merged
+        return None if merged is None else self.seen(merged)
+
+    def enter_argv(self) -> tuple[str, ...]:
+        """What a command is started under to see these layers (nothing as root)."""
+        return () if self.space is None else self.space.enter_argv()
+
+    def _mount(self, source: str, target: Path, kind: str, options: str) -> None:
+        if self.space is not None:
+            self.space.mount(source, target, kind, options)
+            return
+        flags = _MS_NOSUID | _MS_NODEV if kind == "tmpfs" else 0
+        if _libc.mount(
+            source.encode(), os.fsencode(target), kind.encode(), flags, options.encode()
+        ):
+            raise OSError(f"mount {kind} on {target}: {os.strerror(ctypes.get_errno())}")
+
     def mount_root(self, lowers: Sequence[Path] = (Path("/"),), *, userxattr: bool = False) -> Path:
         """The overlay of ``lowers`` (the topmost first, as overlay lists them) with
-        its upper layer here; where apt is, apt's sandbox user is root in it."""
+        its upper layer here; where apt is, apt's sandbox user is root in it. Raises
+        LayerError."""
         if self.root_merged is None:
-            for lower in lowers:
-                _check_option_path(lower)
-            merged = self._overlay(
-                "root", ":".join(str(p) for p in lowers), userxattr, _apt_as_root
-            )
+            try:
+                if self.space is not None and list(lowers) == [Path("/")]:
+                    merged = self._host_root_in_namespace()
+                else:
+                    for lower in lowers:
+                        _check_option_path(lower)
+                    lowerdir = ":".join(str(p) for p in lowers)
+                    xattr = userxattr or self.space is not None
+                    apt = functools.partial(self._apt_as_root, etc=lowers[0] / "etc", within="etc")
+                    merged = self._overlay("root", lowerdir, xattr, before=apt)
+            except OSError as exc:
+                raise LayerError(str(exc)) from None
             self.root_merged = merged
         return self.root_merged
 
+    def _host_root_in_namespace(self) -> Path:
+        """The host's root copy-on-write where / itself cannot be an overlay's lower
+        layer (its mounts below are locked in a user namespace): an overlay for each
+        of its directories, its symlinks as they are, its mount points — and a
+        directory with mounts below it, which cannot be a lower layer either — empty.
+        Only what this user may write on the host is writable there."""
+        place = self.directory / "root"
+        merged = place / "merged"
+        self.seen(merged).mkdir(mode=0o755, parents=True, exist_ok=True)
+        for entry in os.scandir("/"):
+            here = self.seen(merged / entry.name)
+            if entry.is_symlink():
+                here.symlink_to(os.readlink(entry.path))
+            elif entry.is_dir() and not os.path.ismount(entry.path):
+                _check_option_path(Path(entry.path))
+                apt = functools.partial(self._apt_as_root, etc=Path("/etc"), within="")
+                before = apt if entry.name == "etc" else None
+                name = f"root/{entry.name}"
+                try:
+                    self._overlay(name, entry.path, True, merged / entry.name, before)
+                except OSError:
+                    if entry.name in ("usr", "etc"):
+                        raise  # no root without them: others stay empty
+            elif entry.is_dir():
+                here.mkdir(mode=0o755)
+        return merged
+
     def mount_workspace(self, workspace: Path) -> Path:
         """The overlay of the host directory ``workspace`` with its upper layer here:
-        the session's view of its workspace, the host's never written."""
-        if self.workspace_view is None:
-            _check_option_path(workspace)
-            self.workspace_view = self._overlay("w", str(workspace), False, None)
-        return self.workspace_view
+        the session's view of its workspace, the host's never written. Raises
+        LayerError."""
+        if self.workspace_merged is None:
+            try:
+                _check_option_path(workspace)
+                self.workspace_merged = self._overlay("w", str(workspace), self.space is not None)
+            except OSError as exc:
+                raise LayerError(str(exc)) from None
+        return self.workspace_merged
 
     def _overlay(
-        self, name: str, lowerdir: str, userxattr: bool, prepare: Callable[[Path, str], None] | None
+        self,
+        name: str,
+        lowerdir: str,
+        userxattr: bool,
+        at: Path | None = None,
+        before: Callable[[Path], None] | None = None,
     ) -> Path:
+        """An overlay of ``lowerdir`` at ``at`` (``<name>/merged`` by default), its
+        upper layer ``<name>/upper`` prepared by ``before`` while not yet mounted."""
         place = self.directory / name
-        place.mkdir(mode=0o755, exist_ok=True)  # a mount that failed may have left it
-        for part in ("upper", "work", "merged"):
-            (place / part).mkdir(mode=0o755, exist_ok=True)
-        if prepare is not None:
-            prepare(place / "upper", lowerdir.split(":")[0])
+        merged = at or place / "merged"
+        for part in (place / "upper", place / "work", merged):
+            # exist_ok: a mount that failed may have left them
+            self.seen(part).mkdir(mode=0o755, parents=True, exist_ok=True)
+        if before is not None:
+            before(place / "upper")
         options = f"lowerdir={lowerdir},upperdir={place / 'upper'},workdir={place / 'work'}"
         options += ",userxattr" if userxattr else ",redirect_dir=on"
-        _mount(f"toolpool-{name}", place / "merged", "overlay", 0, options)
-        return place / "merged"
+        self._mount(f"toolpool-{name.replace('/', '-')}", merged, "overlay", options)
+        return merged
+
+    def _apt_as_root(self, upper: Path, *, etc: Path, within: str) -> None:
+        """Where the root has apt (``etc``: its /etc in the topmost lower layer), the
+        session's layer starts with apt's sandbox user set to root: a file of the
+        upper layer (``within`` it, /etc is), the lower layers' /etc as it was (apt
+        drops to "_apt" for its downloads, which needs capabilities a command lacks,
+        X5)."""
+        if not (etc / "apt" / "apt.conf.d").is_dir():
+            return
+        conf = self.seen(upper / within / "apt" / "apt.conf.d")
+        conf.mkdir(mode=0o755, parents=True, exist_ok=True)
+        (conf / "99toolpool-sandbox").write_text(APT_SANDBOX)
 
     def root_args(self) -> tuple[str, ...]:
         """bubblewrap's arguments that make the merged root the sandbox's root."""
@@ -138,7 +217,7 @@ class SessionLayer:
     def used_bytes(self) -> int:
         """What the session's writes take on its layer's tmpfs."""
         try:
-            found = os.statvfs(self.directory)
+            found = os.statvfs(self.seen(self.directory))
         except OSError:
             return 0
         return (found.f_blocks - found.f_bfree) * found.f_frsize
@@ -146,6 +225,9 @@ class SessionLayer:
     def remove(self) -> None:
         """Unmount the overlays and the tmpfs (lazily: a process still inside keeps
         its view until it ends) and remove the directory; idempotent."""
+        if self.space is not None:
+            self.space.close()  # its mounts go with its namespace
+            self.space = None
         remove_layers(self.directory)
 
 
@@ -154,20 +236,7 @@ def _check_option_path(path: Path) -> None:
         raise LayerError(f"{path} holds a ',', ':' or '\\', which overlay options cannot name")
 
 
-# apt drops to "_apt" for its downloads, which needs capabilities a command lacks
-# (X5): in the session's own root it runs them as the user it is.
 APT_SANDBOX = 'APT::Sandbox::User "root";\n'
-
-
-def _apt_as_root(upper: Path, top: str) -> None:
-    """Where the root has apt (``top``: its topmost lower layer), the session's layer
-    starts with its sandbox user set to root (a file of the upper layer: the lower
-    layers' /etc stays as it is)."""
-    if not os.path.isdir(os.path.join(top, "etc/apt/apt.conf.d")):
-        return
-    conf = upper / "etc" / "apt" / "apt.conf.d"
-    conf.mkdir(mode=0o755, parents=True)
-    (conf / "99toolpool-sandbox").write_text(APT_SANDBOX)
 
 
 FULL_BELOW_BYTES = 256 * 1024  # a layer with less room left than this is full
@@ -211,19 +280,14 @@ def layers_self_check() -> tuple[bool, str]:
     """Whether a session's layers can be made here (``toolpool doctor``): a tmpfs, an
     overlay of the host's root and one of a directory, mounted, written through and
     removed in a private temporary directory; what failed otherwise."""
-    if os.geteuid() != 0:
-        return False, (
-            'off: a daemon run as root mounts them (root = "overlay" or an image, '
-            'workspace_mode = "overlay"); this one\'s sessions have their commands refused'
-        )
     with tempfile.TemporaryDirectory(prefix="toolpool-layers-") as place:
         lower = Path(place) / "lower"
         lower.mkdir()
         try:
             layer = SessionLayer.make(Path(place) / "l", 1024 * 1024)
             try:
-                view = layer.mount_workspace(lower)
-                root = layer.mount_root()
+                view = layer.seen(layer.mount_workspace(lower))
+                root = layer.seen(layer.mount_root())
                 (view / "probe").write_text("x")
                 if (lower / "probe").exists() or not (root / "etc").is_dir():
                     return False, "the overlays do not keep writes to their upper layer"
@@ -231,4 +295,10 @@ def layers_self_check() -> tuple[bool, str]:
                 layer.remove()
         except (LayerError, OSError) as exc:
             return False, str(exc)
-    return True, "a tmpfs and overlays of / and of a directory mount here and are removed"
+    if os.geteuid() == 0:
+        return True, "a tmpfs and overlays of / and of a directory mount here and are removed"
+    return True, (
+        "a tmpfs and overlays of / and of a directory mount in a user namespace of this "
+        'user\'s; with root = "overlay" only what this user may write on the host is '
+        "writable (V17)"
+    )

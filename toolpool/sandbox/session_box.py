@@ -98,9 +98,11 @@ class SessionSandbox:
         profile: SandboxProfile | None = None,
         root: Sequence[str] = HOST_ROOT,
         views: Mapping[str, str] | None = None,
+        enter: Sequence[str] = (),
     ) -> SessionSandbox:
         """Start a session sandbox with ``roots`` writable (the first is the
-        workspace), each bound from its ``views`` entry where it has one (V14). A
+        workspace), each bound from its ``views`` entry where it has one (V14), under
+        ``enter`` (into the namespaces its layers are mounted in, V17). A
         start that fails before the helper is ready is tried again,
         up to START_ATTEMPTS in all (SPEC X12). Raises SandboxStartError."""
         policy = policy or active_policy()
@@ -120,7 +122,16 @@ class SessionSandbox:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return cls._start_once(
-                    helper, roots, network, tmp_bytes, socket_dir, policy, profile, root, views
+                    helper,
+                    roots,
+                    network,
+                    tmp_bytes,
+                    socket_dir,
+                    policy,
+                    profile,
+                    root,
+                    views,
+                    enter,
                 )
             except SandboxStartError as exc:
                 if not exc.again or attempt == START_ATTEMPTS:
@@ -141,6 +152,7 @@ class SessionSandbox:
         profile: SandboxProfile,
         root: Sequence[str],
         views: Mapping[str, str] | None,
+        enter: Sequence[str],
     ) -> SessionSandbox:
         # Short: a socket's path must fit in 108 bytes, whatever socket_dir is.
         path = socket_dir / f"{os.getpid():x}.{next(_names):x}"
@@ -161,7 +173,7 @@ class SessionSandbox:
             if profile.active("seccomp"):
                 filter_fd = seccomp.bpf_fd("command")
                 opened.append(filter_fd)
-            argv = _bwrap_argv(roots, tmp_bytes, policy, root, views)
+            argv = [*enter, *_bwrap_argv(roots, tmp_bytes, policy, root, views)]
             pass_fds = [listener.fileno(), ready_w, lifeline_r, binary]
             pass_fds += [filter_fd] if filter_fd >= 0 else []
             info_r = info_w = -1

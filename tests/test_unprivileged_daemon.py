@@ -1,0 +1,157 @@
+"""A daemon not run as root (SPEC V17): its sessions' layers — an overlay workspace,
+an overlay root, an image root — live in a user namespace of its own. The daemon runs
+as a throw-away uid (``setpriv --reuid``) from a venv made with ``/usr/bin/python3``
+in a directory that uid can read, installed from the wheel E5 builds; real mounts,
+real images, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from toolpool.sandbox.profile import SandboxProfile
+
+from .image_builders import bash_layer, busybox_layers, write_oci
+from .wheel_support import build_wheel, install
+
+NOBODY = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+SCENARIO = Path(__file__).with_name("unprivileged_scenario.py")
+
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0
+        or shutil.which("setpriv") is None
+        or not os.path.exists(SYSTEM_PYTHON)
+        or not SandboxProfile.probe().active("session"),
+        reason="needs root (to become a throw-away uid), setpriv, Debian's python3 and "
+        "session sandboxes",
+    ),
+    pytest.mark.timeout(300),  # the wheel's build and install count against the first test
+]
+
+
+def _as_nobody(base: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"HOME": str(base / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    env["LANG"] = "C.UTF-8"
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv],
+        cwd=base / "home",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def _holders() -> list[int]:
+    """The throw-away uid's layer holders still running."""
+    found = []
+    for process in psutil.process_iter(["uids", "cmdline"]):
+        uids, cmdline = process.info["uids"], process.info["cmdline"] or []
+        if uids and uids.real == NOBODY and any("layer_holder" in part for part in cmdline):
+            found.append(process.pid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[Path]:
+    place = Path(tempfile.mkdtemp(prefix="toolpool-v17-", dir="/tmp"))
+    try:
+        place.chmod(0o755)
+        wheel = build_wheel(place / "build")
+        install(wheel, place / "venv", SYSTEM_PYTHON)
+        for name in ("home", "ws", "images"):
+            (place / name).mkdir()
+        write_oci(place / "images" / "oci", [*busybox_layers(), bash_layer()])
+        (place / "ws" / "kept.txt").write_text("host\n")
+        for path in [place / "home", place / "ws", *(place / "ws").rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+        yield place
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def seen(base: Path) -> dict[str, Any]:
+    image = str(base / "images" / "oci")
+    done = _as_nobody(base, str(base / "venv" / "bin" / "python"), str(SCENARIO), str(base), image)
+    log = base / "home" / "daemon.log"
+    assert done.returncode == 0, done.stderr + (log.read_text() if log.exists() else "")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def ok(result: dict[str, Any]) -> str:
+    assert result["error"] is None, result["text"]
+    return str(result["text"])
+
+
+@pytest.mark.spec("V17")
+def test_V17_the_doctor_of_an_unprivileged_user_mounts_layers_in_a_namespace(base: Path) -> None:
+    done = _as_nobody(base, str(base / "venv" / "bin" / "toolpool"), "doctor")
+    assert "session layers" in done.stdout, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("session layers"))
+    assert "works" in line and "user namespace" in line, line
+    assert "only what this user may write" in line
+
+
+@pytest.mark.spec("V17")
+def test_V17_an_overlay_workspace_works_for_an_unprivileged_daemon(
+    seen: dict[str, Any], base: Path
+) -> None:
+    assert seen["uid"] == NOBODY
+    ok(seen["write"])
+    assert ok(seen["command"]).startswith("tool\n")
+    assert ok(seen["pwd"]).splitlines()[0] == str(base / "ws" / "sub")
+    assert "changed" in ok(seen["read"]) and "kept.txt" in ok(seen["grep"])
+    environment = seen["environment"]
+    assert environment["workspace_mode"] == "overlay"
+    assert environment["layers_in"] == "user namespace"
+    # The host's directory never changed, during the session or after
+    assert seen["host_during"] == seen["host_after"] == ["kept.txt"]
+    assert (base / "ws" / "kept.txt").read_text() == "host\n"
+
+
+@pytest.mark.spec("V17")
+def test_V17_an_unprivileged_overlay_root_writes_only_where_its_user_may(
+    seen: dict[str, Any],
+) -> None:
+    lines = ok(seen["root"]).splitlines()
+    # /usr/local is root's on the host: not writable; /var/tmp (1777) is, in the layer
+    assert "usr_local=1" in lines
+    assert "var_tmp=0" in lines and "x" in lines
+    assert not os.path.exists("/var/tmp/toolpool-probe")  # the host's never changed
+    # apt's sandbox setting is in the session's /etc, the host's /etc untouched
+    assert any('APT::Sandbox::User "root";' in line for line in lines)
+    assert not os.path.exists("/etc/apt/apt.conf.d/99toolpool-sandbox")
+    # Root's own files stay out of reach of the session
+    assert "root_home=0" not in lines and "pid1_root=0" not in lines
+    assert seen["root_environment"]["root_writable"].startswith("only what the daemon's user")
+
+
+@pytest.mark.spec("V17")
+def test_V17_an_unprivileged_image_root_shows_its_files_as_roots(seen: dict[str, Any]) -> None:
+    kept, greeting, listing = ok(seen["image"]).splitlines()[:3]
+    assert (kept, greeting) == ("kept", "hello")
+    assert listing.split()[2:4] == ["0", "0"]  # unpacked by the uid, root's inside
+    assert ok(seen["image_again"]).startswith("mine")
+    assert "No such file" in ok(seen["image_other"])  # another session's, not this one's
+
+
+@pytest.mark.spec("V17")
+def test_V17_an_unprivileged_daemon_leaves_no_holder_and_no_runtime_dir(
+    seen: dict[str, Any],
+) -> None:
+    assert seen["daemon_exit"] == 0
+    assert seen["runtime_left"] in (False, [])
+    assert _holders() == []

@@ -1,0 +1,85 @@
+"""Run by tests/test_unprivileged_daemon.py as a throw-away uid, with the Python of a
+venv that holds the installed wheel (never the checkout): starts a daemon as that uid,
+runs sessions of each layered kind, stops it, and prints what it saw as JSON.
+
+    python unprivileged_scenario.py BASE IMAGE   (BASE/home: HOME; BASE/ws: workspace)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from toolpool import Client, ToolCall
+
+
+def call(session: Any, name: str, **arguments: Any) -> dict[str, Any]:
+    (result,) = session.submit([ToolCall("c", name, arguments)]).results()
+    return {"text": result.text, "error": result.error_code and result.error_code.value}
+
+
+def main() -> None:
+    base, image = Path(sys.argv[1]), sys.argv[2]
+    home, workspace = base / "home", base / "ws"
+    runtime = home / "rt"
+    daemon = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "toolpool"),
+            "daemon", "run", "--runtime-dir", str(runtime), "--min-workers", "1",
+            "--image-dirs", str(Path(image).parent), "--image-cache", str(home / "cache"),
+            "--log-file", str(home / "daemon.log"), "--log-level", "debug",
+        ],
+    )  # fmt: skip
+    seen: dict[str, Any] = {"uid": os.getuid()}
+    try:
+        client = None
+        deadline = time.monotonic() + 60
+        while client is None and time.monotonic() < deadline:
+            try:
+                client = Client(runtime_dir=runtime, timeout=60).__enter__()
+            except Exception:
+                time.sleep(0.1)
+        assert client is not None, "the daemon never answered"
+        with client.session(workspace, workspace_mode="overlay") as session:
+            seen["write"] = call(session, "write", path="by_tool.txt", content="tool\n")
+            look = "cat by_tool.txt; echo changed > kept.txt; mkdir sub; cd sub"
+            seen["command"] = call(session, "bash", command=look)
+            seen["pwd"] = call(session, "bash", command="pwd")
+            seen["read"] = call(session, "read", path="kept.txt")
+            seen["grep"] = call(session, "grep", pattern="changed")
+            seen["environment"] = client.status()["sessions"][session.id]["environment"]
+            seen["host_during"] = sorted(os.listdir(workspace))
+        with client.session(workspace, root="overlay") as session:
+            probe = (
+                "touch /usr/local/toolpool-probe 2>/dev/null; echo usr_local=$?; "
+                "echo x > /var/tmp/toolpool-probe; echo var_tmp=$?; cat /var/tmp/toolpool-probe; "
+                "cat /etc/apt/apt.conf.d/99toolpool-sandbox 2>/dev/null | head -c 100; "
+                "ls /root 2>/dev/null; echo root_home=$?; "
+                "cat /proc/1/root/etc/hostname 2>/dev/null; echo pid1_root=$?"
+            )
+            seen["root"] = call(session, "bash", command=probe)
+            seen["root_environment"] = client.status()["sessions"][session.id]["environment"]
+        with (
+            client.session(workspace, root={"image": image}) as first,
+            client.session(workspace, root={"image": image}) as second,
+        ):
+            look = "cat /etc/kept.txt; echo $GREETING; ls -ln /etc/kept.txt; echo mine > /etc/mine"
+            seen["image"] = call(first, "bash", command=look)
+            seen["image_again"] = call(first, "bash", command="cat /etc/mine")
+            seen["image_other"] = call(second, "bash", command="cat /etc/mine 2>&1; echo $?")
+        client.__exit__(None, None, None)
+    finally:
+        daemon.terminate()
+        seen["daemon_exit"] = daemon.wait(60)
+    seen["host_after"] = sorted(os.listdir(workspace))
+    seen["runtime_left"] = runtime.exists() and sorted(os.listdir(runtime))
+    print(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The namespaces a daemon not run as root mounts a session's layers in (SPEC V17):
+the client of ``layer_holder.py``, one holder process per session.
+
+    space = LayerNamespace.start()               # a user + mount namespace, ready
+    space.mount("tmpfs", "/run/x/1.l", "tmpfs", "size=1048576,mode=0700")
+    space.outside + "/run/x/1.l"                 # that tmpfs, seen from here
+    [*space.enter_argv(), "bwrap", ...]          # a sandbox started inside them
+    space.close()                                # the holder ends, its mounts with it
+
+A path is the same inside and outside (the mount namespace is a copy of the host's
+made when the holder started); only what is mounted there differs, which the daemon
+and its workers reach through ``/proc/<holder>/root`` — the holder runs as the
+daemon's user and stays dumpable, so the kernel lets them. Raises OSError, saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from toolpool.sandbox import layer_holder
+
+START_SECONDS = 10.0
+
+
+class LayerNamespace:
+    """A running holder: ``outside`` is the prefix its mounts are reached by."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._process = process
+        self.pid = process.pid
+        self.outside = f"/proc/{process.pid}/root"
+
+    @classmethod
+    def start(cls) -> LayerNamespace:
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise OSError("nsenter (util-linux) is missing: sandboxes could not enter the layers")
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", layer_holder.__file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        space = cls(process)
+        first = space._answer()
+        if first != "ready":
+            space.close()
+            raise OSError(f"the layers' user namespace could not be made: {first}")
+        return space
+
+    def _answer(self) -> str:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().strip()
+        return line or "its holder ended"
+
+    def mount(self, source: str, target: Path | str, kind: str, options: str) -> None:
+        """Mount there; OSError with the holder's reason when it could not."""
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(json.dumps([source, str(target), kind, options]) + "\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise OSError("the layers' holder ended") from None
+        answer = self._answer()
+        if answer != "ok":
+            raise OSError(answer.removeprefix("error: "))
+
+    def enter_argv(self) -> tuple[str, ...]:
+        """The prefix that runs a command inside these namespaces, as this user."""
+        target = f"--target={self.pid}"
+        return ("nsenter", target, "--user", "--mount", "--preserve-credentials", "--")
+
+    def close(self) -> None:
+        """End the holder (its mounts go when nothing runs in them any more)."""
+        with contextlib.suppress(OSError, ValueError):
+            if self._process.stdin is not None:
+                self._process.stdin.close()
+        try:
+            self._process.wait(START_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
