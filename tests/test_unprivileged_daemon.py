@@ -71,11 +71,11 @@ def base() -> Iterator[Path]:
         place.chmod(0o755)
         wheel = build_wheel(place / "build")
         install(wheel, place / "venv", SYSTEM_PYTHON)
-        for name in ("home", "ws", "images"):
+        for name in ("home", "ws", "images", "mine"):
             (place / name).mkdir()
         write_oci(place / "images" / "oci", [*busybox_layers(), bash_layer()])
         (place / "ws" / "kept.txt").write_text("host\n")
-        for path in [place / "home", place / "ws", *(place / "ws").rglob("*")]:
+        for path in [place / "home", place / "ws", place / "mine", place / "ws" / "kept.txt"]:
             os.chown(path, NOBODY, NOBODY)
         yield place
     finally:
@@ -85,7 +85,8 @@ def base() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def seen(base: Path) -> dict[str, Any]:
     image = str(base / "images" / "oci")
-    done = _as_nobody(base, str(base / "venv" / "bin" / "python"), str(SCENARIO), str(base), image)
+    python = str(base / "venv" / "bin" / "python")
+    done = _as_nobody(base, python, str(SCENARIO), str(base), image, str(base / "mine"))
     log = base / "home" / "daemon.log"
     assert done.returncode == 0, done.stderr + (log.read_text() if log.exists() else "")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -127,10 +128,12 @@ def test_V17_an_unprivileged_overlay_root_writes_only_where_its_user_may(
     seen: dict[str, Any],
 ) -> None:
     lines = ok(seen["root"]).splitlines()
-    # /usr/local is root's on the host: not writable; /var/tmp (1777) is, in the layer
-    assert "usr_local=1" in lines
-    assert "var_tmp=0" in lines and "x" in lines
-    assert not os.path.exists("/var/tmp/toolpool-probe")  # the host's never changed
+    # /usr/local is root's on the host: not writable; nor is /var/tmp, root's too (its
+    # mode lets anyone write, but a copy-up cannot give root's files to an unmapped uid)
+    assert "usr_local=1" in lines and "var_tmp=1" in lines
+    assert not os.path.exists("/var/tmp/toolpool-probe")
+    # A directory the uid owns on the host is writable — in the session's layer
+    assert "mine=0" in lines and "mine" in lines
     # apt's sandbox setting is in the session's /etc, the host's /etc untouched
     assert any('APT::Sandbox::User "root";' in line for line in lines)
     assert not os.path.exists("/etc/apt/apt.conf.d/99toolpool-sandbox")
@@ -149,9 +152,10 @@ def test_V17_an_unprivileged_image_root_shows_its_files_as_roots(seen: dict[str,
 
 
 @pytest.mark.spec("V17")
-def test_V17_an_unprivileged_daemon_leaves_no_holder_and_no_runtime_dir(
-    seen: dict[str, Any],
+def test_V17_an_unprivileged_daemon_leaves_no_holder_and_no_layer(
+    seen: dict[str, Any], base: Path
 ) -> None:
     assert seen["daemon_exit"] == 0
-    assert seen["runtime_left"] in (False, [])
+    assert seen["layers_left"] == []
     assert _holders() == []
+    assert os.listdir(base / "mine") == []  # what the session wrote there was its own

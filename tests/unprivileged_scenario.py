@@ -2,7 +2,8 @@
 venv that holds the installed wheel (never the checkout): starts a daemon as that uid,
 runs sessions of each layered kind, stops it, and prints what it saw as JSON.
 
-    python unprivileged_scenario.py BASE IMAGE   (BASE/home: HOME; BASE/ws: workspace)
+    python unprivileged_scenario.py BASE IMAGE MINE
+      BASE/home: HOME; BASE/ws: the workspace; MINE: a host directory the uid owns
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def call(session: Any, name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    base, image = Path(sys.argv[1]), sys.argv[2]
+    base, image, mine = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     home, workspace = base / "home", base / "ws"
     runtime = home / "rt"
     daemon = subprocess.Popen(
@@ -57,7 +58,8 @@ def main() -> None:
         with client.session(workspace, root="overlay") as session:
             probe = (
                 "touch /usr/local/toolpool-probe 2>/dev/null; echo usr_local=$?; "
-                "echo x > /var/tmp/toolpool-probe; echo var_tmp=$?; cat /var/tmp/toolpool-probe; "
+                "echo x > /var/tmp/toolpool-probe 2>/dev/null; echo var_tmp=$?; "
+                f"echo mine > {mine}/probe; echo mine=$?; cat {mine}/probe; "
                 "cat /etc/apt/apt.conf.d/99toolpool-sandbox 2>/dev/null | head -c 100; "
                 "ls /root 2>/dev/null; echo root_home=$?; "
                 "cat /proc/1/root/etc/hostname 2>/dev/null; echo pid1_root=$?"
@@ -77,7 +79,9 @@ def main() -> None:
         daemon.terminate()
         seen["daemon_exit"] = daemon.wait(60)
     seen["host_after"] = sorted(os.listdir(workspace))
-    seen["runtime_left"] = runtime.exists() and sorted(os.listdir(runtime))
+    # The sessions' layers and sockets; the rest of a stopped daemon's runtime dir (its
+    # logs) is removed at its next start.
+    seen["layers_left"] = sorted(str(p) for p in runtime.glob("workers-*/s/*"))
     print(json.dumps(seen))
 
 

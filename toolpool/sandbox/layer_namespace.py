@@ -16,10 +16,13 @@ daemon's user and stays dumpable, so the kernel lets them. Raises OSError, sayin
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from toolpool.sandbox import layer_holder
@@ -88,3 +91,35 @@ class LayerNamespace:
             self._process.wait()
         if self._process.stdout is not None:
             self._process.stdout.close()
+
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+
+
+@contextlib.contextmanager
+def entering(holder: int, cwd_fd: int) -> Iterator[Callable[[], None]]:
+    """A ``preexec_fn`` that moves a child into the namespaces of the holder ``holder``
+    and there into the directory ``cwd_fd`` names: for a program that must run in a
+    directory only those namespaces show (rg, whose getcwd fails from outside). The
+    namespaces are opened here, before the child exists, so that a Landlock domain the
+    child runs under (it confines paths, and /proc is none of its) cannot refuse them;
+    ``setns`` takes them by fd. Credentials stay as they are (``--preserve-credentials``)."""
+    user = os.open(f"/proc/{holder}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mount = os.open(f"/proc/{holder}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        os.close(user)
+        raise
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def enter() -> None:  # in the child, after fork: one thread
+        if libc.setns(user, _CLONE_NEWUSER) or libc.setns(mount, _CLONE_NEWNS):
+            raise OSError(ctypes.get_errno(), "setns into the session's layers")
+        os.fchdir(cwd_fd)
+
+    try:
+        yield enter
+    finally:
+        os.close(user)
+        os.close(mount)

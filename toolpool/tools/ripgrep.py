@@ -25,6 +25,7 @@ when the caller has seen enough, when the call is cancelled (``ctx.cancelled``, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -38,6 +39,7 @@ from pathlib import Path
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.errors import ToolError
 from toolpool.sandbox.landlock import start_restricted
+from toolpool.sandbox.layer_namespace import entering
 from toolpool.sandbox.policy import active_policy
 from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
@@ -157,6 +159,17 @@ def ripgrep_readable(ctx: ToolContext) -> list[str] | None:
     return [*readable, *_ignore_files_above(roots), *ripgrep_needs(ripgrep_executable())]
 
 
+_HOLDER_VIEW = re.compile(r"/proc/(\d+)/root/.*")
+
+
+def _holder_of(ctx: ToolContext) -> int | None:
+    """The holder of the session's layers when they live in a user namespace of their
+    own (SPEC V17): its workspace view is reached through ``/proc/<holder>/root``."""
+    view = ctx.workspace_view
+    found = None if view is None else _HOLDER_VIEW.fullmatch(str(view))
+    return None if found is None else int(found.group(1))
+
+
 def run_ripgrep(
     args: Sequence[str],
     cwd: Path,
@@ -174,23 +187,30 @@ def run_ripgrep(
     argv = ripgrep_argv(args, cwd, ctx)
     # Opened here: the restricted thread that starts rg may not open /dev/null.
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    holder = _holder_of(ctx) if cwd_fd is not None else None
+    with contextlib.ExitStack() as stack:
+        # A directory of a session's layers in a user namespace (SPEC V17) is no place
+        # rg could name as its working directory from here (getcwd fails): it starts
+        # in their namespaces, in the directory by its fd.
+        enter = None if holder is None else stack.enter_context(entering(holder, cwd_fd or 0))
 
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            argv,
-            cwd=cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}",
-            stdin=devnull,  # with no path given, rg must not search stdin
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                argv,
+                cwd=cwd if cwd_fd is None else f"/proc/self/fd/{cwd_fd}",
+                stdin=devnull,  # with no path given, rg must not search stdin
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=enter,
+            )
 
-    readable = ripgrep_readable(ctx)
-    try:
-        process = start() if readable is None else start_restricted(start, readable=readable)
-    except OSError as exc:
-        raise ToolError(f"ripgrep could not be started confined: {exc}") from exc
-    finally:
-        os.close(devnull)
+        readable = ripgrep_readable(ctx)
+        try:
+            process = start() if readable is None else start_restricted(start, readable=readable)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ToolError(f"ripgrep could not be started confined: {exc}") from exc
+        finally:
+            os.close(devnull)
     with process as proc:  # leaving the block closes the pipes and reaps rg
         try:
             return _pump(proc, ctx, on_line, separator)
