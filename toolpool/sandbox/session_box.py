@@ -173,7 +173,7 @@ class SessionSandbox:
             if profile.active("seccomp"):
                 filter_fd = seccomp.bpf_fd("command")
                 opened.append(filter_fd)
-            argv = [*enter, *_bwrap_argv(roots, tmp_bytes, policy, root, views)]
+            argv = [*enter, *_bwrap_argv(roots, tmp_bytes, policy, root, views, bool(enter))]
             pass_fds = [listener.fileno(), ready_w, lifeline_r, binary]
             pass_fds += [filter_fd] if filter_fd >= 0 else []
             info_r = info_w = -1
@@ -279,10 +279,14 @@ def _bwrap_argv(
     policy: Policy,
     root: Sequence[str],
     views: Mapping[str, str] | None,
+    entered: bool = False,
 ) -> list[str]:
-    """bubblewrap's command line, but the network part and the helper's own."""
+    """bubblewrap's command line, but the network part and the helper's own. In the
+    namespaces of a session's layers (``entered``, V17) the commands are uid 0 there,
+    so that what the daemon's user owns — an image it unpacked — is root's for them."""
+    uid, gid = (0, 0) if entered else (os.getuid(), os.getgid())
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--as-pid-1"]
-    argv += ["--unshare-ipc", "--unshare-uts", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
+    argv += ["--unshare-ipc", "--unshare-uts", "--uid", str(uid), "--gid", str(gid)]
     argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
     argv += ["--cap-add", "CAP_SYS_RESOURCE"]  # to set max_user_namespaces to 0
     argv += bwrap_mounts(roots, policy, tmp_bytes, root, views)
