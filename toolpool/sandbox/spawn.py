@@ -156,6 +156,13 @@ class SpawnedCommand:
             continue
         return self.returncode
 
+    def ended(self) -> bool:
+        """Whether its init, and so every process of the command, is gone: the kernel
+        ends the processes of a PID namespace before its init's exit shows."""
+        if self._pidfd is None:  # closed, or its init was gone when its pid came
+            return self._gone or self.pid is not None
+        return bool(select.select([self._pidfd], [], [], 0)[0])
+
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code once the command ended; None if not within ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
