@@ -95,6 +95,10 @@ class ShellProcess(Protocol):
         """Why its sandbox failed to start it, once it exited; None if it ran."""
         ...
 
+    def lost(self) -> str | None:
+        """What ended it, when it was not its own exit (its sandbox ended)."""
+        ...
+
 
 @dataclass(eq=False)
 class OwnSandbox:
@@ -156,6 +160,9 @@ class OwnSandbox:
 
     def failure(self, code: int, output_head: str) -> str | None:
         return self.box.failure(code, output_head)
+
+    def lost(self) -> str | None:
+        return None  # bubblewrap ends as its command does: its exit is the command's
 
 
 @dataclass(eq=False)
@@ -396,10 +403,11 @@ def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:
     return killed
 
 
-def clean_up(shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
+def clean_up(shell: Shell, code: int) -> tuple[ShellState, str, LimitEnd | None]:
     """(In a thread, once the shell's process exited.) Read the last output, end what
-    the command left running, close the output; why the sandbox failed to start it,
-    if it did, and the limit its cgroup says ended it, if one did."""
+    the command left running, close the output; how it ended, were it still running:
+    failed (why the sandbox failed to start it), killed by the limit its cgroup says
+    ended it or by the end of its sandbox, or exited by itself."""
     shell.reader.join(DRAIN_AFTER_EXIT)
     shell.stop_reading.set()
     terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
@@ -419,7 +427,12 @@ def clean_up(shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
     limit = shell_bounds.at_exit(shell.limits, code, cpu, oom, pids)
     failure = shell.process.failure(code, shell.output.head(4096))
     shell.output.close()
-    return failure, limit
+    if failure is not None:
+        return ShellState.FAILED, failure, None
+    if limit is not None:  # a limit the watch had not seen yet ended it
+        return ShellState.KILLED, limit.reason, limit
+    lost = shell.process.lost()
+    return (ShellState.EXITED, "", None) if lost is None else (ShellState.KILLED, lost, None)
 
 
 def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:

@@ -5,7 +5,8 @@ costs no sandbox of its own.
 The sandbox's helper starts it as it starts a foreground command (``spawn.py``): in
 PID and mount namespaces of its own under a per-command init, joined to the shell's
 own cgroup (``shell_cgroup``: the call's memory and process limits, the workers' CPU
-quota), with the call's rlimits (``shell_rlimits``), the environment and start
+quota), with the call's rlimits (``shell_rlimits``; SIGXFSZ ignored, so a write
+past the file size limit fails with EFBIG), the environment and start
 directory a shell gets in a sandbox of its own (V10), stdin ``/dev/null`` and
 stdout and stderr to its output pipe. So its ``/proc`` shows only its own
 processes, and it can signal neither the session's other commands nor the helper.
@@ -119,6 +120,10 @@ class SessionProcess:
     def failure(self, code: int, output_head: str) -> str | None:
         return None  # a failure before the command is known at its start
 
+    def lost(self) -> str | None:
+        """Its init ended before the command did (the session's sandbox ended)."""
+        return None if self.command.exit_reported else "its session's sandbox ended"
+
 
 class _Namespace:
     """A ``ProcessSet`` of a shell in its session's sandbox."""
@@ -166,6 +171,7 @@ def start_in_sandbox(
             stderr=write_fd,
             cgroup_procs=cgroups,
             rlimits=_rlimits(cgroup, limits),
+            ignore_sigxfsz=True,  # as the exec wrapper does for a shell of its own
         )
     except BaseException:
         os.close(read_fd)

@@ -396,25 +396,19 @@ class ShellSupervisor:
 
     async def _finish(self, shell: Shell, code: int) -> None:
         loop = asyncio.get_running_loop()
-        failure: str | None = None
-        limit: LimitEnd | None = None
+        end: tuple[ShellState, str, LimitEnd | None] = (ShellState.EXITED, "", None)
         try:
             if shell.starting is not None:  # the clean-up reads the rest of the ready
                 await asyncio.wait([shell.starting])  # pipe: after the start's look at it
-            failure, limit = await loop.run_in_executor(None, clean_up, shell, code)
+            end = await loop.run_in_executor(None, clean_up, shell, code)
         except Exception:
             log.exception("cleaning up after background shell %s", shell.id)
         if shell.cgroup is not None:
             shell.cgroup.remove()
         shell.exit_code = code
         shell.ended = time.time()
-        if shell.state is ShellState.RUNNING:
-            if failure is not None:
-                shell.state, shell.reason = ShellState.FAILED, failure
-            elif limit is not None:  # a limit the watch had not seen yet ended it
-                shell.state, shell.reason, shell.limit = ShellState.KILLED, limit.reason, limit
-            else:
-                shell.state = ShellState.EXITED
+        if shell.state is ShellState.RUNNING:  # else whoever ended it said how
+            shell.state, shell.reason, shell.limit = end
         if shell.process.root is not None:
             self._roots = self._roots - {shell.process.root}
         ended, extra = shell.info().describe_state(), {"session": shell.session_id}
