@@ -1,5 +1,5 @@
 /*
- * toolpool's session sandbox holder and command spawner (SPEC V1-V4).
+ * toolpool's session sandbox holder and command spawner (SPEC V1-V5).
  *
  * bubblewrap starts this program once per session, as the sandbox's pid 1, from a
  * descriptor of the host's file (it never comes from the sandbox's root):
