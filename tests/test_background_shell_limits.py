@@ -1,7 +1,8 @@
 """SPEC L9 through real daemons, as an attacker would try it: more shells than a
 session, a client (over two sessions) and the daemon may run; a flood of multi-byte
 characters past spill_bytes; a half-written character; shells that spend their CPU
-time, memory and processes. Each refusal and each end names its limit."""
+time, memory and processes. Each refusal and each end names its limit. Each daemon runs
+twice: shells in their session's sandbox (V5), and in a sandbox of their own."""
 
 from __future__ import annotations
 
@@ -32,13 +33,25 @@ from .shell_support import (
 )
 
 PER_CLIENT = 20  # the module daemon's max_background_shells_per_client
+MECHANISMS = {"in-session": "", "own-sandbox": "session"}  # what sandbox_disabled adds
+
+
+@pytest.fixture(scope="module", params=list(MECHANISMS))
+def disabled(request: pytest.FixtureRequest) -> str:
+    """Off besides: nothing (shells in the session's sandbox), or the session mechanism."""
+    return MECHANISMS[request.param]
+
+
+def flags(disabled: str, *more: str) -> tuple[str, ...]:
+    off = ",".join(m for m in (disabled, *more) if m)
+    return ("--sandbox-disabled", off) if off else ()
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def daemon(tmp_path_factory: pytest.TempPathFactory, disabled: str) -> Iterator[Daemon]:
     tmp = tmp_path_factory.mktemp("shell-limits")
-    flags = ("--max-background-shells-per-client", str(PER_CLIENT))
-    with shared_daemon(tmp, *flags) as shared:
+    cap = ("--max-background-shells-per-client", str(PER_CLIENT))
+    with shared_daemon(tmp, *cap, *flags(disabled)) as shared:
         yield shared
 
 
@@ -129,7 +142,7 @@ def test_L9_a_flood_of_multibyte_characters_stops_whole_at_spill_bytes_and_runs_
     spill = 100_000  # byte 99,999 starts an é: the cut must come before it
     mark = marker()
     with connect(daemon) as client, client.session(workspace, limits={"spill_bytes": spill}) as s:
-        shell_id, _ = start(s, f": {mark}; yes é")
+        shell_id, _ = start(s, f": {mark}; yes é; :")  # (bash, marked, stays its parent)
         # When it floods past the cap and is read, again and again.
         wait_until(lambda: shell_status(client, s, shell_id)["output_bytes"] > spill, "the cap")  # type: ignore[index]
         reads = [call(s, "bash_output", shell_id=shell_id) for _ in range(5)]
@@ -252,12 +265,12 @@ def test_L9_a_limit_that_ends_a_background_shell_is_named_as_limit_exceeded(
 
 @pytest.mark.spec("L9")
 def test_L9_without_cgroups_a_cpu_hog_is_named_by_its_rlimits_signal(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, disabled: str
 ) -> None:
     # Given no cgroup to count the shell's CPU: its per-process RLIMIT_CPU is all.
     mark = marker()
     with (
-        running_daemon(tmp_path, "--sandbox-disabled", "cgroups") as daemon,
+        running_daemon(tmp_path, *flags(disabled, "cgroups")) as daemon,
         connect(daemon) as client,
         client.session(workspace, limits={"cpu_seconds": 1}) as session,
     ):

@@ -5,6 +5,10 @@ belong to their session, not to the worker that started them.
 
 Every shell's processes are found by a marker in their command line (a sleep of an
 odd length, ``shell_support.marker``): "none left" means no live process carries it.
+
+Each daemon runs twice: with session sandboxes, where a shell starts in its session's
+sandbox (V5), and with the ``session`` mechanism off, where it gets a sandbox of its
+own; every promise holds alike.
 """
 
 from __future__ import annotations
@@ -45,14 +49,23 @@ from .tool_support import tool_context
 
 PROFILE = SandboxProfile.probe()
 needs_bwrap = pytest.mark.skipif(not PROFILE.active("bwrap"), reason="bubblewrap is off here")
+MECHANISMS = {"in-session": (), "own-sandbox": ("--sandbox-disabled", "session")}
+
+
+@pytest.fixture(scope="module", params=list(MECHANISMS))
+def mechanism(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The daemon's flags: shells in the session's sandbox, or in one of their own."""
+    return MECHANISMS[request.param]
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, mechanism: tuple[str, ...]
+) -> Iterator[Daemon]:
     # One call per worker: every call of a test runs on a new worker, so no shell
     # can lean on the worker that started it.
     tmp = tmp_path_factory.mktemp("shells")
-    with shared_daemon(tmp, "--max-calls-per-worker", "1") as shared:
+    with shared_daemon(tmp, "--max-calls-per-worker", "1", *mechanism) as shared:
         yield shared
 
 
@@ -242,10 +255,12 @@ def test_F6_status_lists_the_sessions_shells(
 
 
 @pytest.mark.spec("F6", "L9")
-def test_F6_a_shell_is_stopped_at_its_wall_time(tmp_path: Path, workspace: Path) -> None:
+def test_F6_a_shell_is_stopped_at_its_wall_time(
+    tmp_path: Path, workspace: Path, mechanism: tuple[str, ...]
+) -> None:
     mark = marker()
     with (
-        running_daemon(tmp_path, "--background-wall-seconds", "0.5") as daemon,
+        running_daemon(tmp_path, "--background-wall-seconds", "0.5", *mechanism) as daemon,
         Client(runtime_dir=daemon.runtime, timeout=60) as client,
         client.session(workspace) as session,
     ):
@@ -265,9 +280,11 @@ def test_F6_a_shell_is_stopped_at_its_wall_time(tmp_path: Path, workspace: Path)
 
 
 @pytest.mark.spec("F6")
-def test_F6_the_daemons_stop_ends_every_shell(tmp_path: Path, workspace: Path) -> None:
+def test_F6_the_daemons_stop_ends_every_shell(
+    tmp_path: Path, workspace: Path, mechanism: tuple[str, ...]
+) -> None:
     marks = [marker(), marker()]
-    with running_daemon(tmp_path) as daemon:  # stop_daemon checks its tree is gone
+    with running_daemon(tmp_path, *mechanism) as daemon:  # stop_daemon checks its tree is gone
         with (
             Client(runtime_dir=daemon.runtime, timeout=60) as client,
             client.session(workspace) as one,
@@ -285,11 +302,11 @@ def test_F6_the_daemons_stop_ends_every_shell(tmp_path: Path, workspace: Path) -
 
 @pytest.mark.spec("F6")
 def test_F6_a_dead_daemons_shells_go_with_it_and_its_next_start_cleans_up(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, mechanism: tuple[str, ...]
 ) -> None:
     mark = marker()
     runtime = tmp_path / "rt"
-    first = start_daemon(tmp_path, runtime=runtime)
+    first = start_daemon(tmp_path, *mechanism, runtime=runtime)
     try:
         with (
             Client(runtime_dir=runtime, timeout=60) as client,

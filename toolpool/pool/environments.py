@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolpool.images import ImageCache, ImageError, PreparedImage
 from toolpool.images.access import admit
@@ -102,6 +103,13 @@ class SessionSandboxes:
         socket = str(await self._socket_for(context, limits))
         layer = self._layers.get(context.session_id)
         return socket, "" if layer is None else str(layer.seen(layer.directory))
+
+    async def address(self, context: CallContext, limits: Limits) -> dict[str, Any]:
+        """A ``ShellReply``'s fields for the call's sandbox: its socket and its
+        layer's mount point (``socket``), and the base an image gives (``base_of``)."""
+        socket, layer = await self.socket(context, limits)
+        env, working_dir = self.base_of(context.session_id)
+        return {"socket": socket, "layer": layer, "env": env, "working_dir": working_dir}
 
     async def _socket_for(self, context: CallContext, limits: Limits) -> Path:
         network = limits.network or context.allow_network

@@ -1,14 +1,15 @@
-"""One background shell as a process: the supervisor's record of it (``Shell``), how its
-confined command is started (``launch``), which processes are its (``Shell.members``),
-what is done once it exited (``clean_up``), and what a dead daemon's shells left
-(``remove_stale_shells``).
+"""One background shell as a process: the supervisor's record of it (``Shell``), its
+command as it runs (``ShellProcess``: in the session's sandbox, ``shell_spawn.py``, or
+in a sandbox of its own, ``OwnSandbox``, started by ``launch``), what is done once it
+exited (``clean_up``), and what a dead daemon's shells left (``remove_stale_shells``).
 
-It is confined as a foreground command is (``toolpool.sandbox.command.confined``:
-bubblewrap, seccomp, Landlock, network as the session allows); what a worker would
-have given the command besides — its own cgroup (the call's memory and process
-limits, the workers' CPU quota), the call's rlimits, an empty network namespace
-without bubblewrap — the exec wrapper gives it (``confine_exec.py --cgroup --rlimit
---unshare-net``) before it execs the sandbox.
+Either way it gets what a worker would have given a foreground command: its own
+cgroup (the call's memory and process limits, the workers' CPU quota, ``shell_cgroup``)
+and the call's rlimits (``shell_rlimits``). In a sandbox of its own it is confined as
+a foreground command is there (``toolpool.sandbox.command.confined``: bubblewrap,
+seccomp, Landlock, network as the session allows), and the exec wrapper gives it the
+cgroup, the rlimits and, without bubblewrap, an empty network namespace
+(``confine_exec.py --cgroup --rlimit --unshare-net``) before it execs the sandbox.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from toolpool.background import ShellInfo, ShellState
 from toolpool.pool import shell_bounds
 from toolpool.pool.shell_bounds import LimitEnd
-from toolpool.pool.shell_output import OutputFile
+from toolpool.pool.shell_output import OutputFile, pump
 from toolpool.protocol import CallContext
 from toolpool.sandbox import confine_exec
 from toolpool.sandbox.cgroups import CallAccounting, CgroupTree, WorkerCgroup
@@ -54,6 +56,113 @@ LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
 DRAIN_AFTER_EXIT = 1.0  # seconds its output is read on after it exited
 SHELL_MARK = "TOOLPOOL_SHELL"  # in every shell's environment: "<daemon pid>:<shell id>"
 SHOWN_COMMAND_CHARS = 80
+READY_TIMEOUT = 10.0  # seconds a sandbox has to start its command (after the network's)
+ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}  # as a foreground command's
+
+
+class ShellProcess(Protocol):
+    """A shell's command as it runs, wherever it was started."""
+
+    @property
+    def pid(self) -> int:
+        """Its top process as the daemon sees it (status shows it)."""
+        ...
+
+    @property
+    def exited(self) -> bool:
+        """Whether its exit was seen (its clean-up then reads the counters)."""
+        ...
+
+    @property
+    def root(self) -> int | None:
+        """The pid everything of it runs under, for X2 (``confines``) while it runs;
+        None where the session's sandbox already counts it as confined."""
+        ...
+
+    def watch(self, on_exit: Callable[[int], None]) -> None:
+        """(On the event loop.) Call ``on_exit(exit code)`` there once it exited."""
+        ...
+
+    def members(self, *, with_root: bool) -> ProcessSet:
+        """Every process of it; ``with_root`` only before its exit was seen."""
+        ...
+
+    def release(self) -> None:
+        """(In a thread, once its processes were ended.) Let go of what it holds."""
+        ...
+
+    def failure(self, code: int, output_head: str) -> str | None:
+        """Why its sandbox failed to start it, once it exited; None if it ran."""
+        ...
+
+    def lost(self) -> str | None:
+        """What ended it, when it was not its own exit (its sandbox ended)."""
+        ...
+
+
+@dataclass(eq=False)
+class OwnSandbox:
+    """A shell's command in a sandbox of its own: bubblewrap (or the exec wrapper)
+    as this process's child, watched by a pidfd."""
+
+    process: subprocess.Popen[bytes]
+    box: Confinement
+    cgroup: WorkerCgroup | None
+    mark: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def exited(self) -> bool:
+        return self.process.returncode is not None
+
+    @property
+    def root(self) -> int | None:
+        return self.process.pid
+
+    def bring_up(self) -> bool | None:
+        """(In a thread.) Connect a network-allowed one's namespace (pasta), then wait
+        for its sandbox to start the command: ``Confinement.wait_ready``'s answer."""
+        self.box.started()
+        return self.box.wait_ready(READY_TIMEOUT)
+
+    def watch(self, on_exit: Callable[[int], None]) -> None:
+        loop = asyncio.get_running_loop()
+        pidfd = os.pidfd_open(self.process.pid)
+
+        def exited() -> None:  # reaped here, on the loop: the pidfd says it is over
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            on_exit(self.process.wait())
+
+        loop.add_reader(pidfd, exited)
+
+    def members(self, *, with_root: bool) -> ProcessSet:
+        """In bubblewrap's PID namespace nothing outlives bubblewrap, so its tree is
+        all there is; else its process group and, where a cgroup holds them, the
+        cgroup, or without one every process with its mark. ``with_root`` only
+        before it is reaped: after, its pid may be another's."""
+        sets: list[ProcessSet] = []
+        if with_root:
+            sets.append(ProcessTree(self.process.pid))
+        if "bwrap" not in self.box.layers:
+            sets.append(ProcessGroup(self.process.pid))
+        if self.cgroup is not None:
+            sets.append(CgroupMembers(self.cgroup.procs_files()))
+        elif "bwrap" not in self.box.layers:
+            sets.append(MarkedProcesses(SHELL_MARK, self.mark))
+        return Together(*sets)
+
+    def release(self) -> None:
+        """Nothing: bubblewrap's end was all of it (``failure`` reads what it said)."""
+
+    def failure(self, code: int, output_head: str) -> str | None:
+        return self.box.failure(code, output_head)
+
+    def lost(self) -> str | None:
+        return None  # bubblewrap ends as its command does: its exit is the command's
 
 
 @dataclass(eq=False)
@@ -63,12 +172,10 @@ class Shell:
     id: str
     session_id: str
     command: str
-    process: subprocess.Popen[bytes]
-    box: Confinement
+    process: ShellProcess
     output: OutputFile
     cgroup: WorkerCgroup | None
     limits: Limits
-    mark: str
     client: Hashable | None  # whose session it is, as the daemon said (caps per client)
     started: float  # Unix time
     deadline: float  # monotonic
@@ -116,21 +223,48 @@ class Shell:
             "exit_code": self.exit_code,
         }
 
+    @classmethod
+    def begin(
+        cls,
+        shell_id: str,
+        context: CallContext,
+        command: str,
+        client: Hashable | None,
+        started: tuple[ShellProcess, int],
+        output: OutputFile,
+        cgroup: WorkerCgroup | None,
+        limits: Limits,
+        deadline: float,
+    ) -> Shell:
+        """The record of a shell whose command was started (its process and the read
+        end of its output pipe, which the reader started here closes)."""
+        process, read_fd = started
+        stop = threading.Event()
+        reader = threading.Thread(
+            target=pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
+        )
+        shell = cls(
+            id=shell_id,
+            session_id=context.session_id,
+            command=command,
+            process=process,
+            output=output,
+            cgroup=cgroup,
+            limits=limits,
+            client=client,
+            started=time.time(),
+            deadline=deadline,
+            done=asyncio.get_running_loop().create_future(),
+            reader=reader,
+            stop_reading=stop,
+            accounting=None if cgroup is None else CallAccounting(cgroup.procs_files()),
+        )
+        reader.start()
+        return shell
+
     def members(self, *, with_root: bool) -> ProcessSet:
-        """Every process of the shell. In bubblewrap's PID namespace nothing outlives
-        bubblewrap, so its tree is all there is; else its process group and, where a
-        cgroup holds them, the cgroup, or without one every process with its mark.
-        ``with_root`` only before it is reaped: after, its pid may be another's."""
-        sets: list[ProcessSet] = []
-        if with_root:
-            sets.append(ProcessTree(self.process.pid))
-        if "bwrap" not in self.box.layers:
-            sets.append(ProcessGroup(self.process.pid))
-        if self.cgroup is not None:
-            sets.append(CgroupMembers(self.cgroup.procs_files()))
-        elif "bwrap" not in self.box.layers:
-            sets.append(MarkedProcesses(SHELL_MARK, self.mark))
-        return Together(*sets)
+        """Every process of the shell (``ShellProcess.members``)."""
+        return self.process.members(with_root=with_root)
 
 
 def shell_cgroup(
@@ -151,6 +285,15 @@ def shell_cgroup(
     return cgroup
 
 
+def discard(output: OutputFile, cgroup: WorkerCgroup | None) -> None:
+    """What was made for a shell whose command did not start: its output file and
+    its cgroup go."""
+    output.close()
+    output.path.unlink(missing_ok=True)
+    if cgroup is not None:
+        cgroup.remove()
+
+
 def launch(
     context: CallContext,
     limits: Limits,
@@ -161,13 +304,13 @@ def launch(
     policy: Policy,
     root: Sequence[str] = HOST_ROOT,
     views: Mapping[str, str] | None = None,
-) -> tuple[subprocess.Popen[bytes], Confinement, int]:
-    """Start ``command`` confined: its process, its sandbox (``started()`` is the
+) -> tuple[OwnSandbox, int]:
+    """Start ``command`` in a sandbox of its own: its process (``bring_up()`` is the
     caller's to call) and the read end of its output pipe. Call it from the event
     loop's thread, which lives as long as the daemon: bubblewrap's parent-death
     signal follows the thread that forked it."""
     workspace = Path(context.workspace)
-    env = {"PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", SHELL_MARK: mark}
+    env = {**ENV, SHELL_MARK: mark}
     with confined(
         ["bash", "-c", command],
         workspace=workspace,
@@ -177,7 +320,7 @@ def launch(
         policy=policy,
         tmp_bytes=limits.tmp_bytes,
         env=env,
-        cwd=(cwd := _start_cwd(context, workspace)),
+        cwd=(cwd := start_cwd(context)),
         root=root,
         views=views,
     ) as box:
@@ -202,12 +345,13 @@ def launch(
             raise
         finally:
             os.close(write_fd)
-    return process, box, read_fd
+    return OwnSandbox(process, box, cgroup, mark), read_fd
 
 
-def _start_cwd(context: CallContext, workspace: Path) -> Path:
+def start_cwd(context: CallContext) -> Path:
     """Where the session's last foreground command ended, as its next one would
     start (SPEC V10)."""
+    workspace = Path(context.workspace)
     if context.scratch_dir is None:
         return workspace
     roots = tuple(Path(p) for p in context.extra_roots)
@@ -220,27 +364,34 @@ def _start_cwd(context: CallContext, workspace: Path) -> Path:
 
 def _launcher(cgroup: WorkerCgroup | None, limits: Limits, unshare_net: bool) -> list[str]:
     """The exec wrapper that gives the command what a worker would have: its
-    cgroup, the call's rlimits (RLIMIT_AS where no memory cgroup bounds it)."""
+    cgroup, the call's rlimits."""
     argv = [sys.executable, "-I", "-S", confine_exec.__file__]
     for procs in cgroup.procs_files() if cgroup is not None else ():
         argv += ["--cgroup", str(procs)]
-    cpu = max(1, math.ceil(limits.cpu_seconds))
-    rlimits: dict[str, int | str] = {
-        "CORE": 0,
-        "NOFILE": limits.open_files,
-        "FSIZE": limits.file_size_bytes,
-        # SIGXCPU at the soft limit: a death by it names cpu_seconds (shell_bounds),
-        # where a SIGKILL alone reads as any kill; the kernel's SIGKILL a second after
-        # ends a command that ignores it.
-        "CPU": f"{cpu}:{cpu + 1}",
-    }
-    if cgroup is None or "memory" not in cgroup.controllers:
-        rlimits["AS"] = limits.memory_bytes
-    for name, value in rlimits.items():
-        argv += ["--rlimit", f"{name}={value}"]
+    for name, (soft, hard) in shell_rlimits(cgroup, limits).items():
+        argv += ["--rlimit", f"{name}={soft}" if soft == hard else f"{name}={soft}:{hard}"]
     if unshare_net:
         argv.append("--unshare-net")
     return [*argv, "--"]
+
+
+def shell_rlimits(cgroup: WorkerCgroup | None, limits: Limits) -> dict[str, tuple[int, int]]:
+    """The call's rlimits for a shell, by name (``RLIMIT_<name>``): soft, hard. No
+    core files, its open files and file size, its CPU time, and RLIMIT_AS where no
+    memory cgroup bounds it."""
+    cpu = max(1, math.ceil(limits.cpu_seconds))
+    rlimits = {
+        "CORE": (0, 0),
+        "NOFILE": (limits.open_files, limits.open_files),
+        "FSIZE": (limits.file_size_bytes, limits.file_size_bytes),
+        # SIGXCPU at the soft limit: a death by it names cpu_seconds (shell_bounds),
+        # where a SIGKILL alone reads as any kill; the kernel's SIGKILL a second after
+        # ends a command that ignores it.
+        "CPU": (cpu, cpu + 1),
+    }
+    if cgroup is None or "memory" not in cgroup.controllers:
+        rlimits["AS"] = (limits.memory_bytes, limits.memory_bytes)
+    return rlimits
 
 
 def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:
@@ -257,13 +408,15 @@ def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:
     return killed
 
 
-def clean_up(shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
+def clean_up(shell: Shell, code: int) -> tuple[ShellState, str, LimitEnd | None]:
     """(In a thread, once the shell's process exited.) Read the last output, end what
-    the command left running, close the output; why the sandbox failed to start it,
-    if it did, and the limit its cgroup says ended it, if one did."""
+    the command left running, close the output; how it ended, were it still running:
+    failed (why the sandbox failed to start it), killed by the limit its cgroup says
+    ended it or by the end of its sandbox, or exited by itself."""
     shell.reader.join(DRAIN_AFTER_EXIT)
     shell.stop_reading.set()
     terminate(shell.members(with_root=False), grace=LEFTOVER_GRACE)
+    shell.process.release()
     if shell.cgroup is not None:
         shell.cgroup.kill_all()
         for _ in _retries():  # members take a moment to leave once killed
@@ -277,9 +430,14 @@ def clean_up(shell: Shell, code: int) -> tuple[str | None, LimitEnd | None]:
         acct.close()
     # Without a cgroup there are no counters, but RLIMIT_CPU's SIGXCPU still tells.
     limit = shell_bounds.at_exit(shell.limits, code, cpu, oom, pids)
-    failure = shell.box.failure(code, shell.output.head(4096))
+    failure = shell.process.failure(code, shell.output.head(4096))
     shell.output.close()
-    return failure, limit
+    if failure is not None:
+        return ShellState.FAILED, failure, None
+    if limit is not None:  # a limit the watch had not seen yet ended it
+        return ShellState.KILLED, limit.reason, limit
+    lost = shell.process.lost()
+    return (ShellState.EXITED, "", None) if lost is None else (ShellState.KILLED, lost, None)
 
 
 def _retries(times: int = 20, pause: float = 0.05) -> Iterator[None]:

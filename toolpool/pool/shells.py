@@ -3,9 +3,11 @@ them; workers only ask (``ShellRequest`` → ``ShellReply``, ``toolpool.worker.s
 
 A shell belongs to its session, not to the worker whose call started it: recycling
 or losing that worker changes nothing, and any later call of the session, on any
-worker, reads or ends it. It is confined as a foreground command is, with what a
-worker would have given it besides: its cgroup, the call's rlimits
-(``shell_process.py``, which also keeps the record of each shell).
+worker, reads or ends it. It runs in the session's sandbox, where its foreground
+commands run (SPEC V5, ``shell_spawn.py``), or where there are none (the ``session``
+mechanism off) in a sandbox of its own, confined as a foreground command is there;
+either way with what a worker would have given it besides: its cgroup, the call's
+rlimits (``shell_process.py``, which also keeps the record of each shell).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
 scratch directory as bytes, up to the call's ``spill_bytes`` and a truncation note
@@ -15,7 +17,8 @@ byte range not read before, which the worker reads from the file itself.
 How many run at once is capped per session, per client and in the daemon
 (``shell_bounds.ShellCaps``; the daemon tells the supervisor whose a session is,
 ``client_of``). A sandbox that fails before its command starts is tried again, up to
-``START_ATTEMPTS`` (SPEC X12), as a foreground command's is.
+``START_ATTEMPTS`` (SPEC X12), as a foreground command's is; a session's sandbox that
+is gone is started afresh for the next attempt.
 
 What ends a shell, always its whole process tree (``terminate``; the cgroup, or
 without one the process group and every process whose environment carries the
@@ -27,8 +30,9 @@ shell's mark — setsid and nohup escapees included):
   ``processes`` limit refused, the OOM killer (``memory_bytes``) — state ``killed``,
   the limit named (``shell_bounds``, SPEC L9);
 - its command exiting: what it left running is ended after a short drain;
-- the daemon's death: bubblewrap dies with its parent (and its PID namespace with
-  it); the next start kills what is left in the dead daemon's cgroups
+- the daemon's death: the session's sandbox, or the shell's own bubblewrap, dies
+  with it (and every PID namespace in it); the next start kills what is left in
+  the dead daemon's cgroups
   (``remove_stale_cgroups``) and, without cgroups, every process with a dead
   daemon's mark (``remove_stale_shells``).
 """
@@ -40,9 +44,9 @@ import contextlib
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
@@ -52,14 +56,25 @@ from toolpool.pool import shell_bounds
 from toolpool.pool.environments import SessionSandboxes
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
-from toolpool.pool.shell_output import OutputFile, pump
-from toolpool.pool.shell_process import Shell, clean_up, launch, shell_cgroup
+from toolpool.pool.shell_output import OutputFile
+from toolpool.pool.shell_process import (
+    READY_TIMEOUT,
+    OwnSandbox,
+    Shell,
+    ShellProcess,
+    clean_up,
+    discard,
+    launch,
+    shell_cgroup,
+)
+from toolpool.pool.shell_spawn import start_in_sandbox
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
-from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.session_box import SandboxStartError
+from toolpool.sandbox.spawn import SpawnError
 from toolpool.sandbox.terminate import terminate
 
 log = logging.getLogger("toolpool.pool")
@@ -67,7 +82,6 @@ log = logging.getLogger("toolpool.pool")
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a shell is ended
 END_WAIT = 10.0  # a hang guard: a shell whose processes survive SIGKILL is given up on
 TICK = 0.25  # seconds between looks at the running shells' wall time and limits
-READY_TIMEOUT = 10.0  # seconds a sandbox has to start its command (after the network's)
 
 
 class ShellRefused(Exception):
@@ -133,16 +147,8 @@ class ShellSupervisor:
                 case ShellAction.SANDBOX:
                     if not self._open:
                         raise ShellRefused("Commands cannot start: the daemon is stopping.")
-                    socket, layer = await self.sandboxes.socket(context, limits)
-                    env, working_dir = self.sandboxes.base_of(context.session_id)
-                    return ShellReply(
-                        call_id,
-                        request_id,
-                        socket=socket,
-                        layer=layer,
-                        env=env,
-                        working_dir=working_dir,
-                    )
+                    found = await self.sandboxes.address(context, limits)
+                    return ShellReply(call_id, request_id, **found)
         except SandboxStartError as exc:
             return ShellReply(call_id, request_id, error=exc.message, code=exc.code or "")
         except ShellRefused as exc:
@@ -161,24 +167,29 @@ class ShellSupervisor:
         if context.scratch_dir is None:
             raise ShellRefused("This session has no scratch directory for the shell's output.")
         client = self.client_of(context.session_id)
-        try:
-            root, views = await self.sandboxes.root_of(context)  # the session's own (V12–V14)
-        except SandboxStartError as exc:
-            raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
         for attempt in range(1, START_ATTEMPTS + 1):
+            try:  # the session's sandbox (started afresh if it is gone), or its own root
+                socket, _ = await self.sandboxes.socket(context, limits)
+                # its own root and views where it has no sandbox (V12–V14)
+                placed = (HOST_ROOT, {}) if socket else await self.sandboxes.root_of(context)
+            except SandboxStartError as exc:
+                raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
             # The caps are judged at each attempt: a retry must not overrun them.
             running = [(s.session_id, s.client) for s in self.running()]
             refusal = self.caps.refusal(running, context.session_id, client)
             if refusal is not None:
                 raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
-            shell = self._spawn(context, limits, command, client, root, views)
-            failure, again = await self._started(shell)
-            if failure is None:
-                pid, extra = shell.process.pid, {"session": shell.session_id}
-                log.info("background shell %s started (pid %d)", shell.id, pid, extra=extra)
-                return shell.info()
-            self._forget(shell)
-            shell.output.path.unlink(missing_ok=True)  # what the sandbox said is the error
+            where = Path(socket) if socket else placed
+            shell = await self._spawn(context, limits, command, client, where)
+            failure, again = (shell, True) if isinstance(shell, str) else await self._started(shell)
+            if isinstance(shell, Shell):
+                if failure is None:
+                    pid, extra = shell.process.pid, {"session": shell.session_id}
+                    log.info("background shell %s started (pid %d)", shell.id, pid, extra=extra)
+                    return shell.info()
+                self._forget(shell)
+                shell.output.path.unlink(missing_ok=True)  # what the sandbox said is the error
+            assert failure is not None
             if not again or attempt == START_ATTEMPTS:
                 raise ShellRefused(failure, ErrorCode.SANDBOX_FAILED)
             self.sandbox_retries += 1
@@ -192,13 +203,13 @@ class ShellSupervisor:
         sandbox ended without starting the command, or pasta ended before it
         connected the namespace; not when the network's setup ran out of time or the
         sandbox hung (each waited its time already)."""
+        if not self._open:  # the daemon began to stop as it started: it is not to run
+            await self._end(shell, ShellState.FAILED, "the daemon stopped", grace=0)
+            return "Background shells cannot start: the daemon is stopping.", False
+        if not isinstance(shell.process, OwnSandbox):
+            return None, False  # in the session's sandbox: ready once it is a shell
         loop = asyncio.get_running_loop()
-
-        def bring_up() -> bool | None:  # a network-allowed one waits for pasta first
-            shell.box.started()
-            return shell.box.wait_ready(READY_TIMEOUT)
-
-        shell.starting = loop.run_in_executor(None, bring_up)
+        shell.starting = loop.run_in_executor(None, shell.process.bring_up)
         try:
             ready = await shell.starting
         except ToolError as exc:  # the sandbox could not be completed: it never ran
@@ -300,16 +311,18 @@ class ShellSupervisor:
 
     # -- a shell's life ---------------------------------------------------------------------
 
-    def _spawn(
+    async def _spawn(
         self,
         context: CallContext,
         limits: Limits,
         command: str,
         client: Hashable | None,
-        root: Sequence[str],
-        views: Mapping[str, str],
-    ) -> Shell:
-        """Start the confined command, its output's reader and its exit's watch."""
+        where: Path | tuple[Sequence[str], Mapping[str, str]],
+    ) -> Shell | str:
+        """Start the command — in the session sandbox whose socket ``where`` is, else
+        in a sandbox of its own with ``where`` its root's arguments and views —, its
+        output's reader and its exit's watch; or why the session's sandbox did not
+        start it (nothing of it ran: another attempt may be made)."""
         assert context.scratch_dir is not None
         shell_id = self._new_id()
         directory = Path(context.scratch_dir) / "shells"
@@ -318,43 +331,35 @@ class ShellSupervisor:
         cgroup = shell_cgroup(self._processes.cgroups, shell_id, limits, self._cpus)
         mark = f"{os.getpid()}:{shell_id}"
         profile, policy = self._processes.profile, self._processes.policy
-        try:
-            process, box, read_fd = launch(
-                context, limits, command, cgroup, mark, profile, policy, root, views
-            )
-        except BaseException:
-            output.close()
-            if cgroup is not None:
-                cgroup.remove()
-            raise
         loop = asyncio.get_running_loop()
-        stop = threading.Event()
-        reader = threading.Thread(
-            target=pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
+        started: tuple[ShellProcess, int] | str
+        try:
+            if isinstance(where, Path):  # the spawn's send and the start, off the loop
+                start = partial(start_in_sandbox, where, context, limits, command, cgroup)
+                base, _ = self.sandboxes.base_of(context.session_id)  # an image's (V13)
+                started = await loop.run_in_executor(None, start, mark, policy, base)
+            else:
+                root, views = where
+                started = launch(
+                    context, limits, command, cgroup, mark, profile, policy, root, views
+                )
+        except SpawnError as exc:  # the sandbox is gone: the next attempt starts another
+            started = f"The session's sandbox is gone: {exc}."
+        except BaseException:
+            discard(output, cgroup)
+            raise
+        if isinstance(started, str):
+            discard(output, cgroup)
+            return started
+        deadline = time.monotonic() + self.wall_seconds
+        shell = Shell.begin(
+            shell_id, context, command, client, started, output, cgroup, limits, deadline
         )
-        shell = Shell(
-            id=shell_id,
-            session_id=context.session_id,
-            command=command,
-            process=process,
-            box=box,
-            output=output,
-            cgroup=cgroup,
-            limits=limits,
-            mark=mark,
-            client=client,
-            started=time.time(),
-            deadline=time.monotonic() + self.wall_seconds,
-            done=loop.create_future(),
-            reader=reader,
-            stop_reading=stop,
-            accounting=None if cgroup is None else CallAccounting(cgroup.procs_files()),
-        )
+        process = shell.process
         self._shells[shell_id] = shell
-        self._roots = self._roots | {process.pid}
-        reader.start()
-        pidfd = os.pidfd_open(process.pid)
-        loop.add_reader(pidfd, self._on_exit, shell, pidfd)
+        if process.root is not None:
+            self._roots = self._roots | {process.root}
+        process.watch(partial(self._on_exit, shell))
         if self._ticker is None:
             self._ticker = asyncio.ensure_future(self._watch())
         return shell
@@ -388,38 +393,29 @@ class ShellSupervisor:
         except TimeoutError:
             log.error("background shell %s did not end: its processes survive SIGKILL", shell.id)
 
-    def _on_exit(self, shell: Shell, pidfd: int) -> None:
-        """The shell's process exited (its pidfd is readable): reap it, then clean up."""
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-        code = shell.process.wait()
+    def _on_exit(self, shell: Shell, code: int) -> None:
+        """The shell's process exited (``ShellProcess.watch`` says): clean up."""
         task = asyncio.ensure_future(self._finish(shell, code))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _finish(self, shell: Shell, code: int) -> None:
         loop = asyncio.get_running_loop()
-        failure: str | None = None
-        limit: LimitEnd | None = None
+        end: tuple[ShellState, str, LimitEnd | None] = (ShellState.EXITED, "", None)
         try:
             if shell.starting is not None:  # the clean-up reads the rest of the ready
                 await asyncio.wait([shell.starting])  # pipe: after the start's look at it
-            failure, limit = await loop.run_in_executor(None, clean_up, shell, code)
+            end = await loop.run_in_executor(None, clean_up, shell, code)
         except Exception:
             log.exception("cleaning up after background shell %s", shell.id)
         if shell.cgroup is not None:
             shell.cgroup.remove()
         shell.exit_code = code
         shell.ended = time.time()
-        if shell.state is ShellState.RUNNING:
-            if failure is not None:
-                shell.state, shell.reason = ShellState.FAILED, failure
-            elif limit is not None:  # a limit the watch had not seen yet ended it
-                shell.state, shell.reason, shell.limit = ShellState.KILLED, limit.reason, limit
-            else:
-                shell.state = ShellState.EXITED
-        self._roots = self._roots - {shell.process.pid}
+        if shell.state is ShellState.RUNNING:  # else whoever ended it said how
+            shell.state, shell.reason, shell.limit = end
+        if shell.process.root is not None:
+            self._roots = self._roots - {shell.process.root}
         ended, extra = shell.info().describe_state(), {"session": shell.session_id}
         log.info("background shell %s ended: %s", shell.id, ended, extra=extra)
         if not shell.done.done():
@@ -446,7 +442,7 @@ class ShellSupervisor:
             return ShellState.TIMED_OUT, shell_bounds.wall_time(self.wall_seconds)
         # Once its process exited, its clean-up reads (and closes) the counters.
         acct = shell.accounting
-        if acct is None or shell.process.returncode is not None:
+        if acct is None or shell.process.exited:
             return None
         limit = shell_bounds.reached(shell.limits, acct.cpu_seconds(), acct.pids_refusals())
         return None if limit is None else (ShellState.KILLED, limit)

@@ -37,6 +37,7 @@ _HEADER = struct.Struct("<8I")
 _RLIMIT = struct.Struct("<IIQQ")
 _CHUNK = 32 * 1024  # payload bytes per message (well under the socket's buffer)
 _CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_IGNORE_SIGXFSZ = 1  # the request's flag, as spawner.c
 SEND_SECONDS = 10.0  # the request's own sending; a helper that does not read is gone
 
 
@@ -94,6 +95,7 @@ class SpawnedCommand:
         self.ready: bool | None = None
         self.failure: str | None = None  # why it failed before the command
         self.returncode: int | None = None
+        self.exit_reported = False  # the init said how the command ended
         self._gone = False  # the init's end of the connection closed
 
     def fileno(self) -> int:
@@ -135,6 +137,7 @@ class SpawnedCommand:
             self.ready, self.failure = False, body.decode(errors="replace")
         elif kind_byte == b"X" and len(body) == 4:
             self.returncode = _exit_code(struct.unpack("<i", body)[0])
+            self.exit_reported = True
             if self.ready is None:
                 self.ready = True
         return True
@@ -155,6 +158,13 @@ class SpawnedCommand:
         while self.returncode is None and self._receive(0):
             continue
         return self.returncode
+
+    def ended(self) -> bool:
+        """Whether its init, and so every process of the command, is gone: the kernel
+        ends the processes of a PID namespace before its init's exit shows."""
+        if self._pidfd is None:  # closed, or its init was gone when its pid came
+            return self._gone or self.pid is not None
+        return bool(select.select([self._pidfd], [], [], 0)[0])
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code once the command ended; None if not within ``timeout``."""
@@ -214,11 +224,13 @@ def spawn(
     cgroup_procs: Sequence[int] = (),
     rlimits: Mapping[int, tuple[int, int]] | None = None,
     extra_fds: Sequence[int] = (),
+    ignore_sigxfsz: bool = False,
 ) -> SpawnedCommand:
     """Start ``argv`` in the session sandbox serving ``socket_path``: ``env`` exactly
     as given, in ``cwd``, with these stdio fds, joined to the cgroups whose
     ``cgroup.procs`` fds are given, with ``rlimits`` (resource → soft, hard), and
-    ``extra_fds`` as its fd 3, 4, … The caller keeps (and closes) its fds.
+    ``extra_fds`` as its fd 3, 4, …; with ``ignore_sigxfsz``, SIGXFSZ ignored (a
+    write past RLIMIT_FSIZE fails with EFBIG). The caller keeps (and closes) its fds.
     Raises SpawnError when the sandbox cannot be reached."""
     if not argv:
         raise ValueError("argv is empty")
@@ -228,9 +240,9 @@ def spawn(
         raise ValueError("a NUL byte in argv, env or cwd")
     payload = b"".join(_RLIMIT.pack(r, 0, _limit(s), _limit(h)) for r, (s, h) in limits.items())
     payload += b"".join(os.fsencode(s) + b"\0" for s in strings)
-    header = _HEADER.pack(
-        _MAGIC, len(cgroup_procs), len(extra_fds), len(argv), len(env), len(limits), 0, len(payload)
-    )
+    flags = _IGNORE_SIGXFSZ if ignore_sigxfsz else 0
+    counts = (len(cgroup_procs), len(extra_fds), len(argv), len(env), len(limits))
+    header = _HEADER.pack(_MAGIC, *counts, flags, len(payload))
     fds = [stdin, stdout, stderr, *cgroup_procs, *extra_fds]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:

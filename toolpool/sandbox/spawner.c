@@ -1,5 +1,5 @@
 /*
- * toolpool's session sandbox holder and command spawner (SPEC V1-V4).
+ * toolpool's session sandbox holder and command spawner (SPEC V1-V5).
  *
  * bubblewrap starts this program once per session, as the sandbox's pid 1, from a
  * descriptor of the host's file (it never comes from the sandbox's root):
@@ -24,6 +24,8 @@
  * (stdin, stdout, stderr, n_cgroups cgroup.procs fds, n_extra fds that become fd 3,
  * 4, ...), then payload_len bytes in further messages: n_rlimits struct wire_rlimit,
  * then NUL-terminated strings: cwd, n_argv argv strings, n_env "NAME=value" strings.
+ * flags: FLAG_IGNORE_SIGXFSZ, the command starts with SIGXFSZ ignored (a write past
+ * RLIMIT_FSIZE then fails with EFBIG instead of killing it); no other bit is known.
  * Replies (init to client): "R" ready (the command was exec'd), "F<why>" it failed
  * before the command (an "X" with exit status 127 follows), "X<int32 wait status>"
  * the command ended. The client's receiving socket has SO_PASSCRED: each reply
@@ -63,6 +65,7 @@
 #define MAX_PAYLOAD (8u << 20)
 #define MAX_FDS (3 + MAX_CGROUPS + MAX_EXTRA)
 #define MAX_FILTER (1u << 20)
+#define FLAG_IGNORE_SIGXFSZ 1u
 
 struct header {
     uint32_t magic, n_cgroups, n_extra, n_argv, n_env, n_rlimits, flags, payload_len;
@@ -182,7 +185,7 @@ static void receive_header(int conn, struct request *r) {
     if ((size_t)n != sizeof r->h || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
         fail(conn, "malformed request header");
     struct header *h = &r->h;
-    if (h->magic != MAGIC || h->flags != 0 || h->n_cgroups > MAX_CGROUPS ||
+    if (h->magic != MAGIC || (h->flags & ~FLAG_IGNORE_SIGXFSZ) || h->n_cgroups > MAX_CGROUPS ||
         h->n_extra > MAX_EXTRA || h->n_rlimits > MAX_RLIMITS || h->n_argv < 1 ||
         h->payload_len > MAX_PAYLOAD)
         fail(conn, "malformed request header");
@@ -269,6 +272,8 @@ static void start_command(struct request *r, int errpipe) {
     sigset_t none;
     sigemptyset(&none);
     if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) die(errpipe, "sigprocmask", NULL);
+    if ((r->h.flags & FLAG_IGNORE_SIGXFSZ) && signal(SIGXFSZ, SIG_IGN) == SIG_ERR)
+        die(errpipe, "signal", NULL); /* ignored stays ignored through execve */
     if (setsid() < 0) die(errpipe, "setsid", NULL);
     /* fds: stdin, stdout, stderr, then the extra ones as 3, 4, ... */
     int n_target = 3 + (int)r->h.n_extra, src[3 + MAX_EXTRA];
