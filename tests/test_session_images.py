@@ -138,9 +138,10 @@ def test_V13_writes_to_an_image_root_are_the_sessions_alone(
         assert wrote.text.endswith("Exit code: 0"), wrote.text
         # Then its later commands and its background shells see the change
         assert output(call(first, "bash", command="cat /etc/mine /etc/kept.txt")) == "mine\nchanged"
-        shell = call(first, "bash", command="cat /etc/mine", run_in_background=True)
-        read, _ = read_until(first, str(shell.details["shell_id"]), "mine")
-        assert "mine" in read
+        # (the image's Env theirs too)
+        shell = call(first, "bash", command="cat /etc/mine; echo $GREETING", run_in_background=True)
+        read, _ = read_until(first, str(shell.details["shell_id"]), "hello")
+        assert "mine" in read and "hello" in read
         # And another session of the same image sees the image as it was
         look = "cat /etc/kept.txt; test -e /etc/mine || echo absent"
         assert output(call(second, "bash", command=look)) == "kept\nabsent"
