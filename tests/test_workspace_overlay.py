@@ -272,3 +272,27 @@ def test_V16_toolpool_status_prints_a_sessions_modes_and_layers(
     assert f"root host, workspace overlay, layers not made yet of {1024**3}" in before.getvalue()
     assert "root host, workspace overlay, layers " in after.getvalue()
     assert "not made yet" not in after.getvalue()
+
+
+@pytest.mark.spec("V15")
+def test_V15_another_sessions_command_cannot_reach_a_sessions_view_through_proc(
+    client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    with (
+        client.session(workspace, workspace_mode="overlay") as first,
+        client.session(other) as second,
+    ):
+        ok(call(first, "write", path="secret.txt", content="s3cr3t\n"))
+        output(call(first, "bash", command="true"))  # its sandbox runs
+        (box,) = client.status()["sessions"][first.id]["sandboxes"]
+        holder = int(box["pid"])
+        # When a command of another session looks for it through the host's /proc
+        look = (
+            f"cat /proc/{holder}/root{workspace}/secret.txt 2>/dev/null; "
+            f"ls /proc/{holder} 2>/dev/null | head -1; echo done"
+        )
+        seen = output(call(second, "bash", command=look))
+    # Then it finds nothing: its /proc is its own PID namespace's
+    assert seen == "done", seen
