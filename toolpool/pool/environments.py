@@ -304,7 +304,13 @@ class SessionSandboxes:
         self._entries.clear()
         await asyncio.gather(*(self._end(e) for e in entries))
         self._threads.shutdown(wait=True)
-        self._layers.clear()  # each is under the directory: removed with it
+        layers = list(self._layers.values())
+        self._layers.clear()
+        for layer in layers:  # its holder ends with it, where it has one (V17)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, layer.remove)
+            except OSError as exc:
+                log.error("a session's layer stays: %s", exc)
         for image in self._images.values():
             image.release()
         self._images.clear()
