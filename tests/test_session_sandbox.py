@@ -687,3 +687,30 @@ def test_V1_a_starter_killed_while_sandboxes_start_leaves_none(tmp_path: Path, m
     for process in left:  # not to leave them to the rest of the suite
         process.kill()
     assert found == []
+
+
+@pytest.mark.spec("V2")
+def test_a_command_starts_and_ends_when_its_descriptors_are_numbered_past_1024(
+    box: SessionSandbox,
+) -> None:
+    # Given a process with over a thousand descriptors open (a daemon with many
+    # shells and sandboxes): select() could not wait on the ones past 1024
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard}: no descriptor past 1024 here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    ballast = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        # When a command is started and waited for, its socket and pidfd past 1024
+        command, out_r, err_r = start(box, ["echo", "high"])
+        assert command.wait_ready(30) is True
+        assert command.wait(30) == 0
+        command.close()
+        assert read_all(out_r) == "high\n"
+        read_all(err_r)
+    finally:
+        for fd in ballast:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

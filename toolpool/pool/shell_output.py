@@ -21,9 +21,10 @@ waits.
 from __future__ import annotations
 
 import os
-import select
 import threading
 from pathlib import Path
+
+from toolpool.sandbox import linux
 
 READ_BLOCK = 65536  # bytes one read takes from the pipe, before the cap
 DROP_BLOCK = 65536  # past the cap: bytes read and dropped at a time (the pipe's size)
@@ -117,7 +118,7 @@ def pump(fd: int, output: OutputFile, stop: threading.Event) -> None:
     ``stop``; past the cap, drop what comes, slowly (see the module). Closes ``fd``."""
     try:
         while not stop.is_set():
-            if not select.select([fd], [], [], POLL)[0]:
+            if not linux.readable(fd, POLL):
                 continue
             try:
                 data = os.read(fd, DROP_BLOCK if output.truncated else READ_BLOCK)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shutil
 import sys
 import threading
@@ -40,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolpool.errors import ToolError
-from toolpool.sandbox import confine_exec, seccomp
+from toolpool.sandbox import confine_exec, linux, seccomp
 from toolpool.sandbox.mounts import HOST_ROOT, PRIVATE_HOME, bwrap_mounts
 from toolpool.sandbox.network import NetworkSetupError, OutboundNetwork
 from toolpool.sandbox.policy import Policy, active_policy
@@ -113,7 +112,7 @@ class Confinement:
         True at once without a sandbox."""
         if self._status_fd is None or self._ready is not None:
             return True if self._ready is None else self._ready
-        if not select.select([self._status_fd], [], [], timeout)[0]:
+        if not linux.readable(self._status_fd, timeout):
             return None
         try:
             first = os.read(self._status_fd, 1)

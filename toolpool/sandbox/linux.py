@@ -1,4 +1,6 @@
-"""The few Linux calls the standard library lacks: prctl, /proc children lists.
+"""The few Linux calls the standard library lacks: prctl, /proc children lists; and
+``readable``, the one wait for a descriptor (poll: select fails on fds past 1024,
+which a daemon with many shells and sandboxes reaches).
 
 psutil does the looking where it is the faster way; where it is not, on the paths
 that termination polls every 10 ms, these read /proc themselves (measured on the
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 from pathlib import Path
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -154,3 +158,17 @@ def lineage_includes(pid: int, ancestors: set[int], cgroup_marker: str | None = 
         return pid in ancestors or any(p.pid in ancestors for p in process.parents())
     except psutil.Error:
         return True
+
+
+class HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+def readable(fd: int | HasFileno, timeout: float | None) -> bool:
+    """Whether ``fd`` (a descriptor, or an object with ``fileno()``) is readable (or
+    closed at its other end) within ``timeout`` seconds (None: however long it takes).
+    poll, not select: any descriptor number works."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)  # POLLHUP and POLLERR come unasked
+    wait = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+    return bool(poller.poll(wait))

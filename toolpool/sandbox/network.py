@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -34,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from toolpool.sandbox import linux
 from toolpool.sandbox.hostnet import DNS_FORWARD_ADDRESS, HostNetwork
 from toolpool.sandbox.netlink import RULE_PRIORITY, NetworkSetupError, add_prohibit_rules
 
@@ -145,7 +145,7 @@ class OutboundNetwork:
                 info = json.loads(data)
                 return int(info["child-pid"])
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._info_r], [], [], left)[0]:
+            if left <= 0 or not linux.readable(self._info_r, left):
                 raise NetworkSetupError("bubblewrap did not report its child in time")
             chunk = os.read(self._info_r, 4096)
             if not chunk:

@@ -29,7 +29,6 @@ import contextlib
 import itertools
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -39,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolpool.errors import ToolError
-from toolpool.sandbox import seccomp
+from toolpool.sandbox import linux, seccomp
 from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, count_retry
 from toolpool.sandbox.helper_binary import HelperBuildError, spawner_binary
 from toolpool.sandbox.mounts import HOST_ROOT, bwrap_mounts, hidden_from_sandbox
@@ -240,7 +239,7 @@ class SessionSandbox:
         """Whether the holder (and so the sandbox) still runs."""
         if self._closed:
             return False
-        return not select.select([self._holder_fd], [], [], 0)[0]
+        return not linux.readable(self._holder_fd, 0)
 
     def close(self) -> None:
         """End every process of the sandbox (pasta too), reap them, remove the socket.
@@ -295,8 +294,7 @@ def _bwrap_argv(
 
 def _wait_ready(ready: int, process: subprocess.Popen[bytes]) -> None:
     """Until the holder's ready byte; _NotReady when it ends without one."""
-    readable, _, _ = select.select([ready], [], [], START_SECONDS)
-    if not readable:
+    if not linux.readable(ready, START_SECONDS):
         process.kill()
         raise _NotReady()
     if os.read(ready, 1) != b"1":
@@ -334,7 +332,7 @@ def _reap(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
         fd = os.pidfd_open(process.pid)
         try:
-            if not select.select([fd], [], [], START_SECONDS)[0]:
+            if not linux.readable(fd, START_SECONDS):
                 process.kill()
         finally:
             os.close(fd)

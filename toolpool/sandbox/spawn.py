@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import select
 import signal
 import socket
 import struct
@@ -30,6 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import discover
 
 _MAGIC = 0x31535054  # "TPS1", as spawner.c
@@ -106,7 +106,7 @@ class SpawnedCommand:
         """Take one reply if one comes within ``timeout``; False when none did."""
         if self._gone:
             return False
-        if not select.select([self._sock], [], [], timeout)[0]:
+        if not linux.readable(self._sock, timeout):
             return False
         try:
             data, ancillary, _, _ = self._sock.recvmsg(
@@ -164,7 +164,7 @@ class SpawnedCommand:
         ends the processes of a PID namespace before its init's exit shows."""
         if self._pidfd is None:  # closed, or its init was gone when its pid came
             return self._gone or self.pid is not None
-        return bool(select.select([self._pidfd], [], [], 0)[0])
+        return linux.readable(self._pidfd, 0)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code once the command ended; None if not within ``timeout``."""
@@ -195,7 +195,7 @@ class SpawnedCommand:
         self._sock.close()
         if self._pidfd is not None:
             if wait:
-                select.select([self._pidfd], [], [], SEND_SECONDS)
+                linux.readable(self._pidfd, SEND_SECONDS)
             os.close(self._pidfd)
             self._pidfd = None
 

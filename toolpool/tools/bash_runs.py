@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import select
 import signal
 import subprocess
 import time
@@ -29,6 +28,7 @@ from typing import Protocol
 from toolpool.cancel import Cancelled
 from toolpool.errors import ToolError
 from toolpool.sandbox import command as sandbox_command
+from toolpool.sandbox import linux
 from toolpool.sandbox.command import (
     RETRY_PAUSE_SECONDS,
     START_ATTEMPTS,
@@ -240,7 +240,7 @@ class PerCallRun:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                if select.select([pidfd], [], [], min(remaining, _TICK))[0]:
+                if linux.readable(pidfd, min(remaining, _TICK)):
                     return self.process.wait()
                 if ctx.cancelled:
                     raise _cancelled(ctx) from None
@@ -369,7 +369,7 @@ def _what_the_sandbox_said(process: subprocess.Popen[bytes]) -> str:
     fd = process.stdout.fileno()
     chunks: list[bytes] = []
     deadline = time.monotonic() + DRAIN_AFTER_EXIT
-    while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+    while (left := deadline - time.monotonic()) > 0 and linux.readable(fd, left):
         chunk = os.read(fd, _CHUNK)
         if not chunk:
             break

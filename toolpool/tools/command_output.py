@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import codecs
 import os
-import select
 import threading
 import time
 from pathlib import Path
 from typing import BinaryIO
 
+from toolpool.sandbox import linux
 from toolpool.tool import ToolContext
 from toolpool.tools.head_tail import HeadAndTail
 
@@ -110,8 +110,7 @@ def read_output(fd: int, output: CommandOutput, stop: threading.Event) -> None:
     """Read the pipe until EOF, or until ``stop`` is set (the drain ran out)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while not stop.is_set():
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if not ready:
+        if not linux.readable(fd, 0.05):
             output.stream()
             continue
         try:
