@@ -28,7 +28,15 @@ import pytest
 from toolpool.sandbox.cgroups import CgroupTree
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.session_box import SandboxStartError, SessionSandbox
-from toolpool.sandbox.spawn import SpawnedCommand, current_rlimits, own_cgroup_procs, spawn
+from toolpool.sandbox.spawn import (
+    SpawnedCommand,
+    SpawnError,
+    current_rlimits,
+    own_cgroup_procs,
+    spawn,
+)
+
+from .shell_support import wait_until
 
 pytestmark = pytest.mark.skipif(
     not SandboxProfile.probe().active("bwrap"), reason="needs bubblewrap (Debian bubblewrap)"
@@ -695,7 +703,6 @@ def test_a_command_starts_and_ends_when_its_descriptors_are_numbered_past_1024(
 ) -> None:
     # Given a process with over a thousand descriptors open (a daemon with many
     # shells and sandboxes): select() could not wait on the ones past 1024
-    import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1200:
@@ -714,3 +721,14 @@ def test_a_command_starts_and_ends_when_its_descriptors_are_numbered_past_1024(
         for fd in ballast:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.spec("V1", "X12")
+def test_a_command_asked_of_a_sandbox_that_died_is_refused_at_once(box: SessionSandbox) -> None:
+    # Given a sandbox whose holder died (the helper holds its listening socket alone)
+    os.kill(box.pid, signal.SIGKILL)
+    wait_until(lambda: not box.alive(), "the sandbox ended")
+    # When a command is asked of it, then the request is refused — no connection waits
+    # for a ready byte that will never come — and the caller can start another sandbox
+    with pytest.raises(SpawnError):
+        start(box, ["true"])

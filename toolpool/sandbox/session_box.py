@@ -71,7 +71,6 @@ class SessionSandbox:
         self,
         process: subprocess.Popen[bytes],
         holder: int,
-        listener: socket.socket,
         socket_path: Path,
         lifeline: int,
         network: OutboundNetwork | None,
@@ -79,7 +78,6 @@ class SessionSandbox:
         self._process = process
         self.pid = holder
         self._holder_fd = os.pidfd_open(holder)
-        self._listener = listener
         self.socket_path = socket_path
         self._lifeline = lifeline
         self._network = network
@@ -212,7 +210,11 @@ class SessionSandbox:
             if net is None:
                 holder = _read_info(info_r)
             assert holder is not None
-            box = cls(process, holder, listener, path, lifeline_w, net)
+            box = cls(process, holder, path, lifeline_w, net)
+            # The helper alone holds the listening socket now: when it ends, so does
+            # the socket, and a command asked of it then is refused at once (ECONNREFUSED,
+            # or its queued connection reset), not left to wait for a ready byte.
+            listener.close()
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.close(lifeline_w)
@@ -257,7 +259,6 @@ class SessionSandbox:
         if self._network is not None:
             self._network.close(wait=True)
             self._network = None
-        self._listener.close()
         with contextlib.suppress(OSError):
             self.socket_path.unlink()
 
