@@ -67,7 +67,10 @@ class SessionSandboxes:
         self._layers: dict[str, SessionLayer] = {}  # the sessions' writable layers (V12–V14)
         self._images: dict[str, PreparedImage] = {}  # their images, leased (V13)
         self._image_cache: ImageCache | None = None  # made on the first image root
-        self._layers_lock = threading.Lock()  # made in the start threads
+        # Layers are made in the start threads, one session at a time: an image's first
+        # unpack holds its session's lock, not every session's.
+        self._layer_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="toolpool-sandboxes")
         self._directory: Path | None = None
         self._profile = SandboxProfile.nothing()
@@ -249,8 +252,10 @@ class SessionSandboxes:
     def _layer(self, context: CallContext, directory: Path) -> SessionLayer:
         """The session's writable layers, with what its options ask mounted: one
         tmpfs for all its sandboxes (in a start thread). Raises SandboxStartError."""
-        with self._layers_lock:
-            session_id = context.session_id
+        session_id = context.session_id
+        with self._locks_lock:
+            lock = self._layer_locks.setdefault(session_id, threading.Lock())
+        with lock:
             layer = self._layers.get(session_id)
             if layer is None:
                 size = context.layer_bytes or self._processes.config.layer_bytes
@@ -270,11 +275,13 @@ class SessionSandboxes:
         """The session's image, its layers unpacked into the cache (or found there)
         and leased for as long as the session lives."""
         config = self._processes.config
-        if self._image_cache is None:
-            self._image_cache = ImageCache(config.image_cache, config.image_cache_bytes)
-            self._image_cache.remove_stale()  # what crashed unpacks left
         try:
-            image = self._image_cache.prepare(
+            with self._locks_lock:  # one cache, made by the first session that needs it
+                if self._image_cache is None:
+                    self._image_cache = ImageCache(config.image_cache, config.image_cache_bytes)
+                    self._image_cache.remove_stale()  # what crashed unpacks left
+                cache = self._image_cache
+            image = cache.prepare(
                 Path(context.image), allowed_dirs=config.image_dirs, denied=self._denied()
             )
         except ImageError as exc:
@@ -287,6 +294,7 @@ class SessionSandboxes:
         then its layer."""
         ending = [k for k in self._entries if k[0] == session_id]
         await asyncio.gather(*(self._end(self._entries.pop(k)) for k in ending))
+        self._layer_locks.pop(session_id, None)
         layer = self._layers.pop(session_id, None)
         if layer is not None:
             try:
