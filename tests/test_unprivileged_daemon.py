@@ -83,6 +83,8 @@ def base() -> Iterator[Path]:
         for name in ("home", "ws", "images"):
             (place / name).mkdir()
         write_oci(place / "images" / "oci", [*busybox_layers(), bash_layer()])
+        # The checkout may lie where the uid cannot read (under /root): a copy it can
+        shutil.copy(SCENARIO, place / SCENARIO.name)
         (place / "ws" / "kept.txt").write_text("host\n")
         for path in [place / "home", place / "ws", place / "ws" / "kept.txt"]:
             os.chown(path, NOBODY, NOBODY)
@@ -95,7 +97,7 @@ def base() -> Iterator[Path]:
 def seen(base: Path, mine: Path) -> dict[str, Any]:
     image = str(base / "images" / "oci")
     python = str(base / "venv" / "bin" / "python")
-    done = _as_nobody(base, python, str(SCENARIO), str(base), image, str(mine))
+    done = _as_nobody(base, python, str(base / SCENARIO.name), str(base), image, str(mine))
     log = base / "home" / "daemon.log"
     assert done.returncode == 0, done.stderr + (log.read_text() if log.exists() else "")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
