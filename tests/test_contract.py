@@ -196,6 +196,84 @@ def test_T2_capabilities_take_the_arguments() -> None:
 
 
 @pytest.mark.spec("T2")
+async def test_T2_fixed_answers_are_not_asked_per_call(workspace: Path) -> None:
+    # Given a tool that fixes its answers once, and counts every time it is asked
+    class Steady(Minimal):
+        asked = 0
+
+        def fixed_answers(self) -> dict[str, Any]:
+            return {"label": "Steady", "read_only": True, "interrupt_behavior": "cancel"}
+
+        def read_only(self, args: dict[str, Any]) -> bool:
+            Steady.asked += 1
+            return False  # never the answer: the fixed one is
+
+        def label(self) -> str:
+            Steady.asked += 1
+            return "asked"
+
+    log = EventLog()
+    coordinator = Coordinator([Steady()])
+    session = coordinator.open_session(workspace)
+    # When two of its calls run in one turn
+    turn = coordinator.submit(
+        session, [ToolCall("a", "minimal", {}), ToolCall("b", "minimal", {})], on_event=log
+    )
+    results = await turn
+    coordinator.close()
+    # Then they ran side by side as read-only, labelled, and nothing was asked
+    assert not any(r.is_error for r in results)
+    assert log.types[:2] == ["tool_start", "tool_start"]  # the second before the first ended
+    starts = [e for e in log.events if e.type.value == "tool_start"]
+    assert [e.label for e in starts] == ["Steady", "Steady"]
+    spec = ToolSpec(Steady())
+    assert spec.steady_plan == (True, True)  # safe (read-only), cancelled on interrupt
+    assert spec.interrupt_behavior({}) is InterruptBehavior.CANCEL
+    assert Steady.asked == 0
+
+
+@pytest.mark.spec("T2", "T5")
+def test_T2_a_decorated_tool_fixes_its_plain_options_and_asks_its_functions() -> None:
+    @tool(read_only=True, label="Fixed")
+    def plain() -> str:
+        """A tool."""
+        return "x"
+
+    @tool(read_only=lambda args: bool(args.get("x")), activity="Doing {x}")
+    def asked(x: int = 0) -> str:
+        """A tool."""
+        return "x"
+
+    assert ToolSpec(plain).steady_plan == (True, False)
+    assert ToolSpec(plain).steady_start == ("Fixed", None)
+    assert ToolSpec(asked).steady_plan is None and ToolSpec(asked).steady_start is None
+    assert ToolSpec(asked).read_only({"x": 1}) is True
+    assert ToolSpec(asked).activity({"x": 3}) == "Doing 3"
+
+
+@pytest.mark.spec("T2")
+@pytest.mark.parametrize(
+    ("fixed", "problem"),
+    [
+        ({"read_only": "yes"}, "a fixed read_only must be a bool"),
+        ({"label": 3}, "a fixed label must be a string"),
+        ({"interrupt_behavior": "later"}, "a fixed interrupt_behavior must be one of"),
+        ({"interrupt_behavior": []}, "a fixed interrupt_behavior must be one of"),
+        ({"activity": 1}, "a fixed activity must be a string or None"),
+        ({"colour": "red"}, r"fixed_answers\(\) names \['colour'\]"),
+        (["read_only"], r"fixed_answers\(\) must be a mapping"),
+    ],
+)
+def test_T2_a_wrong_fixed_answer_is_refused_at_registration(fixed: Any, problem: str) -> None:
+    class Wrong(Minimal):
+        def fixed_answers(self) -> Any:
+            return fixed
+
+    with pytest.raises(ToolDefinitionError, match=problem):
+        ToolSpec(Wrong())
+
+
+@pytest.mark.spec("T2")
 def test_T2_a_failing_capability_answers_with_the_cautious_default() -> None:
     class Flaky(Minimal):
         def read_only(self, args: dict[str, Any]) -> bool:

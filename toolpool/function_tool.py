@@ -179,6 +179,20 @@ class FunctionTool:
     def permissions(self) -> tuple[str, ...]:
         return self._permissions
 
+    def fixed_answers(self) -> dict[str, Any]:
+        """The options given as values, not functions: the same for every call."""
+        fixed: dict[str, Any] = {"label": self._label}
+        if not callable(self._read_only):
+            fixed["read_only"] = bool(self._read_only)
+        safe = self._read_only if self._concurrency_safe is None else self._concurrency_safe
+        if not callable(safe):
+            fixed["concurrency_safe"] = bool(safe)
+        if not callable(self._interrupt_behavior):
+            fixed["interrupt_behavior"] = self._interrupt_behavior
+        if self._activity is None:
+            fixed["activity"] = None
+        return fixed
+
     # -- execution -----------------------------------------------------------------
 
     def bind(self, args: Arguments, ctx: ToolContext) -> dict[str, Any]:

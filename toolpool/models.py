@@ -106,8 +106,10 @@ class ErrorCode(StrEnum):
     SANDBOX_FAILED = "sandbox_failed"  # X1: the confinement could not be set up
 
 
-# By value, for reading a result: an enum's call costs more than the rest of the read.
+# By value, for reading a result: an enum's call costs more than the rest of the read;
+# and the other way, for writing one (an enum member's ``.value`` is a descriptor).
 _ERROR_CODES: dict[str, ErrorCode] = {code.value: code for code in ErrorCode}
+_CODE_VALUES: dict[ErrorCode, str] = {code: code.value for code in ErrorCode}
 
 
 class Stage(StrEnum):
@@ -156,17 +158,28 @@ class ToolResult:
         return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
 
     def to_dict(self) -> JSONObject:
+        content = self.content
+        # Nearly every result is one text block: written without a call per block.
+        first = content[0] if len(content) == 1 else None
         return {
             "call_id": self.call_id,
             "tool_name": self.tool_name,
-            "content": [b.to_dict() for b in self.content],
+            "content": (
+                [{"type": "text", "text": first.text}]
+                if type(first) is TextBlock
+                else [b.to_dict() for b in content]
+            ),
             "is_error": self.is_error,
-            "error_code": None if self.error_code is None else self.error_code.value,
+            "error_code": None if self.error_code is None else _CODE_VALUES[self.error_code],
             "details": self.details,
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+    def from_dict(
+        cls, data: Mapping[str, Any], more_details: JSONObject | None = None
+    ) -> ToolResult:
+        """The result from its dict form; ``more_details`` are added to its details
+        (the reader's own: where it ran, its usage)."""
         code = data.get("error_code")
         content = data.get("content", ())
         # Nearly every result is one text block: read without a call per block.
@@ -175,13 +188,16 @@ class ToolResult:
             blocks: tuple[ContentBlock, ...] = (_text_block(str(first["text"])),)
         else:
             blocks = tuple([content_block_from_dict(b) for b in content])
+        details = data.get("details")
+        if more_details:
+            details = {**details, **more_details} if details else more_details
         return (_tool_result if cls is ToolResult else cls)(
             str(data["call_id"]),
             str(data["tool_name"]),
             blocks,
             bool(data.get("is_error", False)),
             None if code is None else _ERROR_CODES.get(code) or ErrorCode(code),
-            dict(data.get("details") or {}),
+            dict(details) if details else {},
         )
 
 
@@ -240,6 +256,12 @@ class EventType(StrEnum):
     TURN_END = "turn_end"
 
 
+# Their names in dicts, read once (an enum member's ``.value`` is a descriptor).
+_TOOL_START = EventType.TOOL_START.value
+_TOOL_UPDATE = EventType.TOOL_UPDATE.value
+_TOOL_END = EventType.TOOL_END.value
+
+
 class UpdateKind(StrEnum):
     PREVIEW = "preview"  # P7: computed before the gate, e.g. a unified diff
     PROGRESS = "progress"  # P9: reported by the running tool
@@ -258,7 +280,7 @@ class ToolStart:
 
     def to_dict(self) -> JSONObject:
         return {
-            "type": self.type.value,
+            "type": _TOOL_START,
             "call_id": self.call_id,
             "tool_name": self.tool_name,
             "arguments": self.arguments,
@@ -279,7 +301,7 @@ class ToolUpdate:
 
     def to_dict(self) -> JSONObject:
         return {
-            "type": self.type.value,
+            "type": _TOOL_UPDATE,
             "call_id": self.call_id,
             "tool_name": self.tool_name,
             "kind": self.kind.value,
@@ -298,7 +320,7 @@ class ToolEnd:
 
     def to_dict(self) -> JSONObject:
         return {
-            "type": self.type.value,
+            "type": _TOOL_END,
             "call_id": self.call_id,
             "tool_name": self.tool_name,
             "result": self.result.to_dict(),
@@ -355,6 +377,9 @@ _tool_result = maker(ToolResult)
 _tool_message = maker(ToolMessage)
 _tool_start = maker(ToolStart)
 _tool_end = maker(ToolEnd)
+# The events a call's life emits, made the same way (every field given, in order).
+new_tool_start = _tool_start
+new_tool_end = _tool_end
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:

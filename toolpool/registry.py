@@ -12,7 +12,7 @@ import importlib.util
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from toolpool.tool import (
     ConcurrencySafeTool,
     ContentTool,
     FileTool,
+    FixedAnswersTool,
     InterruptBehavior,
     InterruptBehaviorTool,
     Labeler,
@@ -44,6 +45,10 @@ _BEHAVIORS: dict[Any, InterruptBehavior] = {
     **{b: b for b in InterruptBehavior},
     **{b.value: b for b in InterruptBehavior},
 }
+# The capabilities a tool may answer once for every call (FixedAnswersTool), and the
+# mark of an answer asked per call.
+_FIXABLE = frozenset(("label", "read_only", "concurrency_safe", "interrupt_behavior", "activity"))
+_ASKED = object()
 # The names every provider accepts (OpenAI, Anthropic and Gemini agree on this set).
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -67,6 +72,7 @@ class ToolSpec:
         "_checker",
         "_concurrency_safe",
         "_file_paths",
+        "_fixed_read_only",
         "_interrupt_behavior",
         "_label",
         "_preview",
@@ -74,11 +80,15 @@ class ToolSpec:
         "_validate",
         "description",
         "execute_fn",
+        "has_call_limits",
+        "has_file_paths",
         "is_async",
         "name",
         "permissions",
         "preview_is_async",
         "schema",
+        "steady_plan",
+        "steady_start",
         "tool",
         "validate_is_async",
     )
@@ -119,6 +129,9 @@ class ToolSpec:
         )
         self._file_paths = tool.file_paths if isinstance(tool, FileTool) else None
         self._call_limits = tool.call_limits if isinstance(tool, LimitedTool) else None
+        self.has_file_paths = self._file_paths is not None
+        self.has_call_limits = self._call_limits is not None
+        self._fix_answers(tool.fixed_answers() if isinstance(tool, FixedAnswersTool) else {})
         self.permissions: tuple[str, ...] = (
             tuple(tool.permissions()) if isinstance(tool, PermissionMetadataTool) else ()
         )
@@ -129,6 +142,60 @@ class ToolSpec:
         # Where the tool's validate or preview must be awaited (an executor's slow path).
         self.validate_is_async = inspect.iscoroutinefunction(self._validate)
         self.preview_is_async = inspect.iscoroutinefunction(self._preview)
+
+    def _fix_answers(self, fixed: Any) -> None:
+        """The answers that are the same for every call — T2's defaults for what the
+        tool lacks, and what it fixes itself (``FixedAnswersTool``) — known once, so
+        that a call's planning and start need not ask: ``steady_plan`` (whether a call
+        is concurrency-safe, whether an interrupt cancels it) and ``steady_start`` (the
+        label and the activity of its ``tool_start``), each None where a part of it
+        depends on the arguments."""
+        if not isinstance(fixed, Mapping):
+            raise ToolDefinitionError(f"tool {self.name!r}: fixed_answers() must be a mapping")
+        unknown = set(fixed) - _FIXABLE
+        if unknown:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: fixed_answers() names {sorted(unknown)}; "
+                f"it may fix {sorted(_FIXABLE)}"
+            )
+        for name in ("read_only", "concurrency_safe"):
+            if name in fixed and not isinstance(fixed[name], bool):
+                raise ToolDefinitionError(f"tool {self.name!r}: a fixed {name} must be a bool")
+        if "label" in fixed and not isinstance(fixed["label"], str):
+            raise ToolDefinitionError(f"tool {self.name!r}: a fixed label must be a string")
+        if "activity" in fixed and not isinstance(fixed["activity"], str | None):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: a fixed activity must be a string or None"
+            )
+        given = fixed.get("interrupt_behavior", InterruptBehavior.BLOCK)
+        behavior = _BEHAVIORS.get(given) if isinstance(given, str) else None
+        if behavior is None:
+            choices = ", ".join(repr(b.value) for b in InterruptBehavior)
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: a fixed interrupt_behavior must be one of {choices}"
+            )
+
+        def known(name: str, capability: object, default: object) -> object:
+            return fixed.get(name, default if capability is None else _ASKED)
+
+        read_only = known("read_only", self._read_only, False)
+        self._fixed_read_only = None if read_only is _ASKED else bool(read_only)
+        safe = known("concurrency_safe", self._concurrency_safe, read_only)
+        cancels = (
+            behavior is InterruptBehavior.CANCEL
+            if "interrupt_behavior" in fixed or self._interrupt_behavior is None
+            else _ASKED
+        )
+        label = known("label", self._label, self.name)
+        activity = known("activity", self._activity, None)
+        self.steady_plan: tuple[bool, bool] | None = (
+            None if _ASKED in (safe, cancels) else (bool(safe), bool(cancels))
+        )
+        self.steady_start: tuple[str, str | None] | None = (
+            None
+            if label is _ASKED or activity is _ASKED
+            else (str(label), None if activity is None else str(activity))
+        )
 
     @property
     def checker(self) -> ArgumentChecker:
@@ -141,6 +208,8 @@ class ToolSpec:
     # -- T2 defaults ---------------------------------------------------------------
 
     def label(self) -> str:
+        if self.steady_start is not None:
+            return self.steady_start[0]
         if self._label is None:
             return self.name
         try:
@@ -149,8 +218,8 @@ class ToolSpec:
             return self.name
 
     def read_only(self, args: Arguments) -> bool:
-        if self._read_only is None:
-            return False
+        if self._fixed_read_only is not None or self._read_only is None:
+            return bool(self._fixed_read_only)
         try:
             return bool(self._read_only(args))
         except Exception:
@@ -158,6 +227,8 @@ class ToolSpec:
 
     def concurrency_safe(self, args: Arguments) -> bool:
         """S1: concurrency_safe if the tool says, else read_only, else False."""
+        if self.steady_plan is not None:
+            return self.steady_plan[0]
         if self._concurrency_safe is None:
             return self.read_only(args)
         try:
@@ -166,6 +237,8 @@ class ToolSpec:
             return False
 
     def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
+        if self.steady_plan is not None:
+            return InterruptBehavior.CANCEL if self.steady_plan[1] else InterruptBehavior.BLOCK
         if self._interrupt_behavior is None:
             return InterruptBehavior.BLOCK
         try:
@@ -176,6 +249,8 @@ class ToolSpec:
         return _BEHAVIORS.get(answer, InterruptBehavior.BLOCK)
 
     def activity(self, args: Arguments) -> str | None:
+        if self.steady_start is not None:
+            return self.steady_start[1]
         if self._activity is None:
             return None
         try:

@@ -217,6 +217,16 @@ class LimitedTool(Protocol):
 
 
 @runtime_checkable
+class FixedAnswersTool(Protocol):
+    """Capability answers that do not depend on the arguments, given once (T2): by
+    name — "label", "read_only", "concurrency_safe", "interrupt_behavior",
+    "activity" (None: no activity) — with the answer every call would get. A name left
+    out is asked per call, as usual. ``@tool`` functions say so of their fixed options."""
+
+    def fixed_answers(self) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
 class PermissionMetadataTool(Protocol):
     """T3: what the tool does (read, write, exec, network…). Only gates look at it."""
 

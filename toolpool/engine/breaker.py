@@ -63,10 +63,13 @@ class Breaker:
         return self._last_failure.get(tool_name)
 
     def is_open(self, tool_name: str) -> bool:
-        return self.max_tool_errors > 0 and self.failures(tool_name) >= self.max_tool_errors
+        limit = self.max_tool_errors
+        return limit > 0 and self._failures.get(tool_name, 0) >= limit
 
     def record(self, result: ToolResult) -> BreakerEffect:
         """Account for one finished call (P11) and say what it did to the count."""
+        if not result.is_error and not self._failures:
+            return BreakerEffect.RESET  # nothing counted to reset: the common case
         effect = breaker_effect(result)
         if effect is BreakerEffect.FAILURE:
             self._failures[result.tool_name] = self.failures(result.tool_name) + 1

@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,11 +37,11 @@ from toolpool.models import (
     Stage,
     TextBlock,
     ToolCall,
-    ToolEnd,
     ToolResult,
-    ToolStart,
     ToolUpdate,
     UpdateKind,
+    new_tool_end,
+    new_tool_start,
 )
 from toolpool.outcomes import cancelled_result, result_from_exception, skipped_because
 from toolpool.profiles import not_offered
@@ -52,35 +51,71 @@ EventSink = Callable[[Event], None]
 T = TypeVar("T")
 
 
-class _Progress:
-    """P9: progress reports of one call become its tool_update events — until the
-    call's tool_end, after which late reports are dropped (no orphan events, P12)."""
+class Flight:
+    """A call past P3 — its tool_start is out, its tool_end is owed (P12) — until its
+    end: one object per call, which its progress reports (P9: ``progress``, dropped
+    after its tool_end), its preview (P7: ``preview``, emitted and kept for the gate)
+    and the executor's answer (``executed``) reach."""
 
-    __slots__ = ("_call", "_emit", "open")
+    __slots__ = (
+        "began",
+        "call",
+        "check",
+        "done",
+        "emit",
+        "gate",
+        "open",
+        "pipeline",
+        "preview_truncated",
+        "preview_value",
+        "session",
+        "share",
+        "spec",
+        "token",
+    )
 
-    def __init__(self, call: ToolCall, emit: EventSink) -> None:
-        self._call = call
-        self._emit = emit
-        self.open = True
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        call: ToolCall,
+        spec: ToolSpec | None,
+        session: Session,
+        emit: EventSink,
+        token: CancelToken,
+        gate: Gate | None,
+        share: OutputShare | None,  # of the turn's output budget (L4); None: no cut
+        check: ArgumentCheck | None,  # P5, when the scheduler made it already
+    ) -> None:
+        self.pipeline = pipeline
+        self.call = call
+        self.spec = spec
+        self.session = session
+        self.emit = emit
+        self.token = token
+        self.gate = gate
+        self.share = share
+        self.check = check
+        self.open = True  # until its tool_end: progress reports are events
+        self.began = 0.0  # the clock of register stamps: which ones this call made
+        self.done: Callable[[ToolResult], None] | None = None
+        self.preview_value: Any = None
+        self.preview_truncated = False
 
-    def __call__(self, data: Any) -> None:
+    def progress(self, data: Any) -> None:
         if self.open:
-            self._emit(ToolUpdate(self._call.id, self._call.name, UpdateKind.PROGRESS, data))
+            call = self.call
+            self.emit(ToolUpdate(call.id, call.name, UpdateKind.PROGRESS, data))
 
+    def preview(self, value: Any, truncated: bool) -> None:
+        self.preview_value, self.preview_truncated = value, truncated
+        call = self.call
+        self.emit(ToolUpdate(call.id, call.name, UpdateKind.PREVIEW, value))
 
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A call past P3: its tool_start is out, its tool_end is owed (P12)."""
-
-    call: ToolCall
-    spec: ToolSpec | None
-    session: Session
-    emit: EventSink
-    token: CancelToken
-    progress: _Progress
-    gate: Gate | None
-    share: OutputShare | None = None  # of the turn's output budget (L4); None: no cut
-    check: ArgumentCheck | None = None  # P5, when the scheduler made it already
+    def executed(self, result: ToolResult | None) -> None:
+        """The executor's answer to the call's one dispatch (stage "full")."""
+        assert result is not None  # only stage "prepare" may answer None
+        check = self.check
+        self.pipeline.finish(self, result if check is None else _noted(result, check))
 
 
 class Pipeline:
@@ -125,13 +160,15 @@ class Pipeline:
         gate: Gate | None = None,
         share: OutputShare | None = None,
         check: ArgumentCheck | None = None,
-    ) -> ToolResult | InFlight:
+        spec: ToolSpec | None = None,
+    ) -> ToolResult | Flight:
         """P1-P3, synchronously: the call's result when a guard ended it, otherwise the
-        call in flight, its ``tool_start`` emitted, for ``complete``.
+        call in flight, its ``tool_start`` emitted, for ``proceed``.
 
         The scheduler calls this at the moment it starts a call, so that tool_start
         events are in turn order whatever happens next (S2); ``check`` is the call's
-        P5 check when it was made already (the turn made it to plan the call).
+        P5 check when it was made already (the turn made it to plan the call), and
+        ``spec`` its tool, when looked up already.
         """
         if token.requested:  # P1
             result = cancelled_result(call, token.source, token.cause)
@@ -146,52 +183,72 @@ class Pipeline:
             result = ToolResult.error(call, ErrorCode.BREAKER_OPEN, message, because)
             return self.end_unstarted(call, session, emit, result, share=share)
 
-        spec = self.registry.get(call.name)
-        label = spec.label() if spec else call.name
-        activity = spec.activity(call.arguments) if spec else None
-        emit(ToolStart(call.id, call.name, call.arguments, label, activity))  # P3
-        progress = _Progress(call, emit)
-        return InFlight(call, spec, session, emit, token, progress, gate or self.gate, share, check)
+        if spec is None:
+            spec = self.registry.get(call.name)
+        if spec is None:
+            label, activity = call.name, None
+        else:
+            label, activity = spec.steady_start or (spec.label(), spec.activity(call.arguments))
+        emit(new_tool_start(call.id, call.name, call.arguments, label, activity))  # P3
+        return Flight(self, call, spec, session, emit, token, gate or self.gate, share, check)
 
-    async def complete(self, flight: InFlight) -> ToolResult:
+    async def complete(self, flight: Flight) -> ToolResult:
         """P4-P11 for a call that ``begin`` let through, awaited (``proceed``'s)."""
         future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
         self.proceed(flight, future.set_result)
         return await future
 
-    def proceed(self, flight: InFlight, done: Callable[[ToolResult], None]) -> None:
+    def proceed(self, flight: Flight, done: Callable[[ToolResult], None]) -> None:
         """P4-P11 for a call that ``begin`` let through; ``done(result)`` once its
         ``tool_end`` is out. No task: a call with neither gate nor middleware is
         callbacks from here to its end; one with them runs those steps as a task."""
-        began = time.time()  # the clock of register stamps: which ones this call made
-
-        def ended(result: ToolResult) -> None:
-            flight.progress.open = False
-            if over_share(result, flight.share):
-                assert flight.share is not None
-                result = self._cut(flight, result, flight.share, began)
-            done(self._end(flight.session, flight.emit, result))
-
-        early = self._checked(flight)  # P4, P5
-        if isinstance(early, ToolResult):
-            ended(early)
+        flight.began = time.time()
+        flight.done = done
+        call, spec, session = flight.call, flight.spec, flight.session
+        # P4, in the session's profile (F12); P5, checked when the turn was planned.
+        if spec is None or not session.offers(call.name):
+            message = not_offered(session.tool_profile, call.name, self.registry.names())
+            self.finish(flight, ToolResult.error(call, ErrorCode.TOOL_NOT_FOUND, message))
             return
-        request, check = early
+        if call.arguments_error is not None:  # nothing to coerce or validate
+            problem = ArgumentCheck({}, (call.arguments_error,))
+            self.finish(flight, _invalid_arguments(call, problem))
+            return
+        check = flight.check or spec.checker.check(call.arguments)
+        if not check.ok:
+            self.finish(flight, _invalid_arguments(call, check))
+            return
+        if check.arguments is not call.arguments:  # coerced (no arguments_error here)
+            call = ToolCall(call.id, call.name, check.arguments)
+        # The check is kept only where it has coercions to note (``executed``).
+        flight.check = check if check.coercions else None
+        ctx = session.context(call, flight.token, flight.progress)
+        request = ExecutionRequest(spec, call, ctx, session.limits, Stage.FULL, flight.preview)
         if flight.gate is None and not self._middlewares:
             # P6, P7 and P10 where the tool runs (L10), in one dispatch: no gate waits
             # for the preview, no middleware wraps the execution (a middleware that
             # short-circuits must still come after P6).
-            def executed(result: ToolResult | None) -> None:
-                assert result is not None  # only stage "prepare" may answer None
-                ended(_noted(result, check))
-
             try:
-                self._executor.submit(request, executed)
+                self._executor.submit(request, flight.executed)
             except Exception as exc:  # an executor broke its contract
-                ended(result_from_exception(request.call, exc))
+                self.finish(flight, result_from_exception(call, exc))
             return
         task = asyncio.ensure_future(self._staged(flight, request, check))
-        task.add_done_callback(lambda finished: ended(_task_result(request.call, finished)))
+        task.add_done_callback(lambda finished: self.finish(flight, _task_result(call, finished)))
+
+    def finish(self, flight: Flight, result: ToolResult) -> None:
+        """The call's end: cut to its share (L4), its tool_end (P11), the breaker's
+        count, and its ``done``."""
+        flight.open = False
+        share = flight.share
+        if share is not None and over_share(result, share):
+            result = self._cut(flight, result, share, flight.began)
+        session = flight.session
+        flight.emit(new_tool_end(result.call_id, result.tool_name, result))  # P11
+        session.breaker.record(result)
+        done = flight.done
+        assert done is not None
+        done(result)
 
     def end_unstarted(
         self,
@@ -205,7 +262,11 @@ class Pipeline:
         """End a call that never entered the pipeline proper (P1, P2, S4, S5): a
         tool_start and a tool_end all the same (P12), nothing else."""
         spec = self.registry.get(call.name)
-        emit(ToolStart(call.id, call.name, call.arguments, spec.label() if spec else call.name))
+        emit(
+            new_tool_start(
+                call.id, call.name, call.arguments, spec.label() if spec else call.name, None
+            )
+        )
         if share is not None and over_share(result, share):  # a tiny share only
             spill = write_spill(
                 session.scratch_dir, call.id, result.text, spill_limit(session.limits)
@@ -214,7 +275,7 @@ class Pipeline:
         return self._end(session, emit, result)
 
     def _cut(
-        self, flight: InFlight, result: ToolResult, share: OutputShare, began: float
+        self, flight: Flight, result: ToolResult, share: OutputShare, began: float
     ) -> ToolResult:
         """L4: ``result`` cut to ``share``, its full text in a spill file of the
         session's scratch; the stamps this call recorded of its files made partial
@@ -234,35 +295,16 @@ class Pipeline:
 
     @staticmethod
     def _end(session: Session, emit: EventSink, result: ToolResult) -> ToolResult:
-        emit(ToolEnd(result.call_id, result.tool_name, result))  # P11
+        emit(new_tool_end(result.call_id, result.tool_name, result))  # P11
         session.breaker.record(result)
         return result
 
-    def _checked(self, flight: InFlight) -> ToolResult | tuple[ExecutionRequest, ArgumentCheck]:
-        """P4 and P5: the call's early end, or its request (stage "full") and check."""
-        call, spec, session = flight.call, flight.spec, flight.session
-        if spec is None or not session.offers(call.name):  # P4, in the session's profile (F12)
-            message = not_offered(session.tool_profile, call.name, self.registry.names())
-            return ToolResult.error(call, ErrorCode.TOOL_NOT_FOUND, message)
-        if call.arguments_error is not None:  # P5: nothing to coerce or validate
-            return _invalid_arguments(call, ArgumentCheck({}, (call.arguments_error,)))
-        check = flight.check or spec.checker.check(call.arguments)  # P5
-        if not check.ok:
-            return _invalid_arguments(call, check)
-        if check.arguments is not call.arguments:  # coerced (no arguments_error here)
-            call = ToolCall(call.id, call.name, check.arguments)
-        ctx = session.context(call, flight.token, flight.progress)
-        preview = _PreviewSeen(call, flight.emit)
-        return ExecutionRequest(spec, call, ctx, session.limits, Stage.FULL, preview), check
-
     async def _staged(
-        self, flight: InFlight, request: ExecutionRequest, check: ArgumentCheck
+        self, flight: Flight, request: ExecutionRequest, check: ArgumentCheck
     ) -> ToolResult:
         """P6-P10 with a gate or a middleware between them: "prepare", the gate, then
         "execute" through the middleware chain."""
         call, spec, token = request.call, request.spec, flight.token
-        preview = request.on_preview
-        assert isinstance(preview, _PreviewSeen)
         if spec.has_validate or spec.has_preview:  # P6, P7
             try:
                 staged = dataclasses.replace(request, stage=Stage.PREPARE)
@@ -274,7 +316,12 @@ class Pipeline:
 
         if flight.gate is not None:  # P8
             gate_request = GateRequest(
-                spec, call, spec.label(), preview.value, flight.session.id, preview.truncated
+                spec,
+                call,
+                spec.label(),
+                flight.preview_value,
+                flight.session.id,
+                flight.preview_truncated,
             )
             decided = await _unless_cancelled(_ask(flight.gate, gate_request), token)
             if decided is None:
@@ -290,23 +337,6 @@ class Pipeline:
         except Exception as exc:  # a middleware or executor broke its contract
             result = result_from_exception(call, exc)
         return _noted(result, check)
-
-
-class _PreviewSeen:
-    """P7: the call's preview, emitted as its ``tool_update`` when it arrives (before
-    the tool executes) and kept for the gate."""
-
-    __slots__ = ("_call", "_emit", "truncated", "value")
-
-    def __init__(self, call: ToolCall, emit: EventSink) -> None:
-        self._call = call
-        self._emit = emit
-        self.value: Any = None
-        self.truncated = False
-
-    def __call__(self, value: Any, truncated: bool) -> None:
-        self.value, self.truncated = value, truncated
-        self._emit(ToolUpdate(self._call.id, self._call.name, UpdateKind.PREVIEW, value))
 
 
 async def _executed(executor: Executor, request: ExecutionRequest) -> ToolResult:

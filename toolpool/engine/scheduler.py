@@ -61,15 +61,6 @@ class TurnScheduler:
         self._cancelled: set[int] = set()
         self._stopped = False
 
-    def _can_start(self, safe: bool) -> bool:
-        # Three cases: nothing runs (anything may start); an unsafe call is involved
-        # (it must run alone); safe beside safe, up to the limit (S3: <= 1 is serial).
-        if self._running == 0:
-            return True
-        if not safe or self._running_unsafe:
-            return False
-        return self._running < self._max
-
     def add(self, safe: bool, cancel_on_interrupt: bool) -> int:
         """Queue one more call at the tail (an open turn); its index. A stopped
         scheduler takes no new call."""
@@ -98,7 +89,11 @@ class TurnScheduler:
             if self._state[i] is CallState.DONE:  # cancelled while queued
                 self._next += 1
                 continue
-            if not self._can_start(self._safe[i]):
+            # Three cases: nothing runs (anything may start); an unsafe call is
+            # involved (it must run alone); safe beside safe, up to the limit (S3).
+            if self._running and (
+                not self._safe[i] or self._running_unsafe or self._running >= self._max
+            ):
                 break  # head-of-line: the calls behind it wait too (S2)
             self._state[i] = CallState.RUNNING
             self._running += 1

@@ -24,7 +24,7 @@ from toolpool.cancel import CancelSource, CancelToken
 from toolpool.engine.budget import turn_share
 from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
-from toolpool.engine.pipeline import EventSink, InFlight, Pipeline
+from toolpool.engine.pipeline import EventSink, Pipeline
 from toolpool.engine.scheduler import CallState, StopPlan, TurnScheduler
 from toolpool.engine.session import Session
 from toolpool.models import (
@@ -37,6 +37,7 @@ from toolpool.models import (
     TurnEnd,
 )
 from toolpool.outcomes import failed, never_started_result
+from toolpool.registry import ToolSpec
 from toolpool.session_options import OnError
 from toolpool.tool import InterruptBehavior
 
@@ -57,6 +58,7 @@ class CallPlan:
     safe: bool
     cancel_on_interrupt: bool
     check: ArgumentCheck | None = None
+    spec: ToolSpec | None = None  # the tool, looked up once
 
 
 # Turn ids: unique in this process (a prefix drawn once, a count), without a system
@@ -151,6 +153,7 @@ class Turn:
         self._scheduler: TurnScheduler | None = None
         self._tokens = [CancelToken() for _ in self.calls]
         self._results: list[ToolResult | None] = [None] * len(self.calls)
+        self._unended = len(self.calls)  # the calls whose result is still None
         self._queued = False
         self._outcome: tuple[ToolResult, ...] | BaseException | None = None
         # One future per waiter: a waiter cancelled is that waiter's business alone.
@@ -201,9 +204,17 @@ class Turn:
             self._end_unstarted(i, never_started_result(self.calls[i], source, cause))
 
     def _end_unstarted(self, index: int, result: ToolResult) -> None:
-        self._results[index] = self._pipeline.end_unstarted(
-            self.calls[index], self.session, self._emit, result, share=self.share
+        self._result(
+            index,
+            self._pipeline.end_unstarted(
+                self.calls[index], self.session, self._emit, result, share=self.share
+            ),
         )
+
+    def _result(self, index: int, result: ToolResult) -> None:
+        if self._results[index] is None:
+            self._unended -= 1
+        self._results[index] = result
 
     def add(self, calls: Sequence[ToolCall]) -> None:
         """Queue more calls at the tail of an open turn."""
@@ -218,6 +229,7 @@ class Turn:
             self.calls.append(call)
             self._tokens.append(CancelToken())
             self._results.append(None)
+            self._unended += 1
             if self._scheduler is not None:
                 plan = self._plan(call)
                 self._plans.append(plan)
@@ -280,10 +292,14 @@ class Turn:
         else:
             check = spec.checker.check(call.arguments)
             args = check.arguments
+        steady = spec.steady_plan  # the same for every call: not asked (T2)
+        if steady is not None:
+            return CallPlan(steady[0], steady[1], check, spec)
         return CallPlan(
             safe=spec.concurrency_safe(args),
             cancel_on_interrupt=spec.interrupt_behavior(args) is InterruptBehavior.CANCEL,
             check=check,
+            spec=spec,
         )
 
     def begin(self) -> None:
@@ -334,6 +350,7 @@ class Turn:
         self._maybe_end()
 
     def _start(self, index: int) -> None:
+        plan = self._plans[index]
         begun = self._pipeline.begin(
             self.calls[index],
             self.session,
@@ -341,26 +358,24 @@ class Turn:
             self._tokens[index],
             gate=self._gate,
             share=self.share,
-            check=self._plans[index].check,
+            check=plan.check,
+            spec=plan.spec,
         )
         if isinstance(begun, ToolResult):
-            self._results[index] = begun
+            self._result(index, begun)
             self._scheduler.finish(index)  # type: ignore[union-attr]
             return
         self._running += 1
-        self._proceed(index, begun)
-
-    def _proceed(self, index: int, flight: InFlight) -> None:
-        self._pipeline.proceed(flight, functools.partial(self._ended, index))
+        self._pipeline.proceed(begun, functools.partial(self._ended, index))
 
     def _ended(self, index: int, result: ToolResult) -> None:
         """A started call's ``tool_end`` is out: its place is free."""
         scheduler = self._scheduler
         assert scheduler is not None
-        self._results[index] = result
+        self._result(index, result)
         scheduler.finish(index)
         self._running -= 1
-        if failed(result) and self._cancels_siblings and not scheduler.stopped:
+        if self._cancels_siblings and failed(result) and not scheduler.stopped:
             # S7: the rest of the turn stops as on an interrupt.
             stop = scheduler.interrupt()
             self._carry_out(stop, CancelSource.SIBLING, self.calls[index].id)
@@ -373,7 +388,7 @@ class Turn:
             return
         if self._running or not (self._closed or scheduler.stopped):
             return
-        if any(r is None for r in self._results):
+        if self._unended:
             return  # queued calls of a held turn wait for the release
         results = tuple(r for r in self._results if r is not None)
         if self._messages:

@@ -6,8 +6,9 @@ of the call, the register stamps of the files it names and the stage: validate a
 preview run in the worker too, SPEC L10), submits it to the pool, and turns the
 pool's outcome into the call's ToolResult — no task and no future per call.
 
-What is the same for every call of a session is made once: its ``CallContext``, and
-a tool's merged limits when the tool asks for none of its own for the call.
+What is the same for every call of a session is made once: its ``CallContext``, a
+tool's merged limits when the tool asks for none of its own for the call, and the
+part of the ``Execute`` frame those two make (``ExecuteFrames``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import Any
 from toolpool.cancel import CancelToken
 from toolpool.engine.executor import Done, ExecutionRequest
 from toolpool.file_reads import FileReadRegister, apply_changes
-from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult, content_block_from_dict
+from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import cancelled_result
 from toolpool.pool.pool import WorkerPool
 from toolpool.pool.workers import OutcomeStatus, PoolOutcome
-from toolpool.protocol import CallContext, Execute
+from toolpool.protocol import CallContext, ExecuteFrames
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.tool import ToolContext
@@ -31,7 +32,6 @@ from toolpool.tool import ToolContext
 # Entries past this many are dropped at once: the caches hold what sessions share,
 # and a daemon opens and closes sessions for ever.
 _CACHE_MAX = 1024
-_CODES = {code.value: code for code in ErrorCode}  # no Enum(value) lookup per result
 
 
 class PoolExecutor:
@@ -54,10 +54,12 @@ class PoolExecutor:
         # (session id, network) → what the context was made of, and the context.
         self._contexts: dict[tuple[str, bool], tuple[tuple[Any, ...], CallContext]] = {}
         self._mounting: set[asyncio.Task[None]] = set()  # workspace overlays being made
+        # (id of a context, id of limits' wire form) → their Execute frames' shared part.
+        self._encoded: dict[tuple[int, int], ExecuteFrames] = {}
 
     def _merged(self, request: ExecutionRequest) -> tuple[Limits, dict[str, Any]]:
         spec, overrides = request.spec, request.limits
-        own = spec.call_limits(request.call.arguments)
+        own = spec.call_limits(request.call.arguments) if spec.has_call_limits else None
         key = (spec.name, id(overrides))
         if not own:
             cached = self._limits.get(key)
@@ -108,6 +110,17 @@ class PoolExecutor:
         self._contexts[key] = (made_of, context)
         return context
 
+    def _frames(self, context: CallContext, wire: dict[str, Any]) -> ExecuteFrames:
+        """The Execute frames of calls with this context and these limits (both made
+        once, and kept: their ids name them while the entry lives)."""
+        key = (id(context), id(wire))
+        frames = self._encoded.get(key)
+        if frames is None or frames.context is not context or frames.limits is not wire:
+            if len(self._encoded) >= _CACHE_MAX:
+                self._encoded.clear()
+            frames = self._encoded[key] = ExecuteFrames(context, wire)
+        return frames
+
     def submit(self, request: ExecutionRequest, done: Done) -> None:
         spec, call, ctx = request.spec, request.call, request.context
         try:
@@ -125,21 +138,15 @@ class PoolExecutor:
             view = str(mounted)
             ctx.workspace_view = mounted  # the paths named below are the view's
         stamps = {}
-        for path in spec.file_paths(call.arguments, ctx):
-            stamp = ctx.files.get(path)
-            if stamp is not None:
-                stamps[FileReadRegister.key(path)] = stamp.to_dict()
+        if spec.has_file_paths:
+            for path in spec.file_paths(call.arguments, ctx):
+                stamp = ctx.files.get(path)
+                if stamp is not None:
+                    stamps[FileReadRegister.key(path)] = stamp.to_dict()
         pool = self.pool
-        message = Execute(
-            call.id,
-            call.name,
-            call.arguments,
-            self._context(ctx, network, view),
-            wire,
-            stamps,
-            pool.ticket(),
-            request.stage,
-        )
+        frames = self._frames(self._context(ctx, network, view), wire)
+        ticket = pool.ticket()
+        frame = frames.frame(call.id, call.name, call.arguments, stamps, ticket, request.stage)
         token = ctx.cancel_token
 
         def finished(outcome: PoolOutcome) -> None:
@@ -150,8 +157,11 @@ class PoolExecutor:
             else:
                 done(self._result(call, outcome, token))
 
-        pool.submit(
-            message,
+        pool.submit_frame(
+            frame,
+            call.id,
+            ticket,
+            frames.context,
             network=network,
             token=token,
             on_progress=ctx.progress,
@@ -194,18 +204,8 @@ class PoolExecutor:
             case OutcomeStatus.PREPARED:  # validate passed: no result of its own yet
                 return ToolResult(call.id, call.name, ())
             case OutcomeStatus.OK | OutcomeStatus.ERROR:
-                data = outcome.result
-                assert data is not None
-                code = data.get("error_code")
-                own = data.get("details")
-                return ToolResult(
-                    str(data["call_id"]),
-                    str(data["tool_name"]),
-                    tuple([content_block_from_dict(b) for b in data.get("content", ())]),
-                    bool(data.get("is_error", False)),
-                    None if code is None else _CODES[code],
-                    {**own, **details} if own else details,
-                )
+                assert outcome.result is not None
+                return ToolResult.from_dict(outcome.result, details)
             case OutcomeStatus.UNSTARTED | OutcomeStatus.CANCELLED:
                 result = cancelled_result(call, token.source, token.cause)
             case OutcomeStatus.LOST:

@@ -64,7 +64,7 @@ from toolpool.pool.workers import (
     Worker,
     WorkerState,
 )
-from toolpool.protocol import Execute, Message, encode
+from toolpool.protocol import CallContext, Execute, Message, encode
 from toolpool.sandbox import command as sandbox_command
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
@@ -173,14 +173,45 @@ class WorkerPool:
         call is read-only, so it may be held at a busy worker and run again elsewhere
         when a worker's death leaves it in doubt (SPEC H4). ``token`` cancels it:
         queued or held, it never starts. Returns the pool's record of the call."""
+        return self.submit_frame(
+            encode(execute),
+            execute.call_id,
+            execute.ticket,
+            execute.context,
+            network=network,
+            token=token,
+            on_progress=on_progress,
+            limits=limits,
+            done=done,
+            holdable=holdable,
+            on_preview=on_preview,
+        )
+
+    def submit_frame(
+        self,
+        frame: bytes,
+        call_id: str,
+        ticket: int,
+        context: CallContext,
+        *,
+        network: bool,
+        token: CancelToken,
+        on_progress: Callable[[Any], None],
+        limits: Limits,
+        done: Done,
+        holdable: bool = False,
+        on_preview: Callable[[Any, bool], None] | None = None,
+    ) -> Call:
+        """``submit`` of an ``Execute`` encoded already (``frame``: its ``call_id``,
+        ``ticket`` and ``context``)."""
         dispatch = self.dispatch
         offline = self.supervisor.offline_default and not network
         call = Call(
             dispatch,
-            execute.call_id,
-            execute.ticket,
-            encode(execute),
-            execute.context,
+            call_id,
+            ticket,
+            frame,
+            context,
             limits,
             offline=offline,
             holdable=holdable,

@@ -51,6 +51,7 @@ from toolpool.protocol.client import (
 from toolpool.protocol.events import EventReader, event_to_wire
 from toolpool.protocol.frames import (
     HEADER_BYTES,
+    ExecuteFrames,
     decode,
     encode,
     frame_length,
@@ -112,6 +113,7 @@ __all__ = [
     "EventReader",
     "EventSelection",
     "Execute",
+    "ExecuteFrames",
     "Exited",
     "FailureCode",
     "Heartbeat",

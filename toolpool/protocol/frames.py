@@ -13,12 +13,16 @@ from typing import Any, BinaryIO
 
 import msgpack
 
+from toolpool.models import Stage
+from toolpool.protocol.fields import struct as reader_of
 from toolpool.protocol.fields import wire_form
 from toolpool.protocol.kinds import MAX_FRAME_BYTES, ProtocolError
 from toolpool.protocol.messages import MESSAGE_CLASSES, STRUCTS, Message
+from toolpool.protocol.wire import CallContext, Execute
 
 # A message class's type name (``MessageType.value`` is a descriptor: slow per frame).
 _KINDS: dict[type[Any], str] = {cls: cls.type.value for cls in MESSAGE_CLASSES.values()}
+_EXECUTE = _KINDS[Execute]
 
 
 def encode(message: Message) -> bytes:
@@ -27,6 +31,45 @@ def encode(message: Message) -> bytes:
     body: dict[str, Any] = STRUCTS[kind].to_map(message, {"t": kind})
     frame: bytes = msgpack.packb(body, use_bin_type=True, default=wire_form)
     return frame
+
+
+class ExecuteFrames:
+    """``Execute`` frames of calls that share a context and limits (a session's calls
+    of one tool): those two are encoded once, and each call's frame is its own fields
+    packed after them — the same map ``encode`` makes, its entries in another order."""
+
+    __slots__ = ("_shared", "context", "limits")
+
+    def __init__(self, context: CallContext, limits: dict[str, Any]) -> None:
+        self.context = context
+        self.limits = limits
+        shared = {"context": reader_of(CallContext).to_map(context), "limits": limits}
+        # A map of 2 entries: its header is one byte (fixmap), which the frame's own
+        # replaces.
+        self._shared = msgpack.packb(shared, use_bin_type=True, default=wire_form)[1:]
+
+    def frame(
+        self,
+        call_id: str,
+        tool: str,
+        arguments: dict[str, Any],
+        stamps: dict[str, dict[str, Any]],
+        ticket: int,
+        stage: Stage = Stage.FULL,
+    ) -> bytes:
+        own: dict[str, Any] = {
+            "t": _EXECUTE,
+            "call_id": call_id,
+            "tool": tool,
+            "arguments": arguments,
+            "stamps": stamps,
+            "ticket": ticket,
+        }
+        if stage is not Stage.FULL:  # omitted at its default, as encode does
+            own["stage"] = stage.value
+        packed: bytes = msgpack.packb(own, use_bin_type=True, default=wire_form)
+        # Both maps are fixmaps (under 16 entries): one header byte for all entries.
+        return b"".join((bytes((0x80 | (len(own) + 2),)), self._shared, packed[1:]))
 
 
 def decode(frame: bytes) -> Message:

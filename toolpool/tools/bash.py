@@ -120,6 +120,14 @@ class Bash:
     def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
         return InterruptBehavior.CANCEL
 
+    def fixed_answers(self) -> dict[str, Any]:
+        return {
+            "label": "Bash",
+            "read_only": False,
+            "concurrency_safe": False,
+            "interrupt_behavior": InterruptBehavior.CANCEL,
+        }
+
     def activity(self, args: Arguments) -> str:
         command = _shown(str(args.get("command", "")))
         if args.get("run_in_background"):

@@ -21,6 +21,9 @@ class ReadingTool:
     def concurrency_safe(self, args: Arguments) -> bool:
         return True
 
+    def fixed_answers(self) -> dict[str, bool]:
+        return {"read_only": True, "concurrency_safe": True}
+
 
 class FileWritingTool:
     """A tool that writes the one file its ``path`` argument names (F3 applies to it);
