@@ -380,6 +380,7 @@ _tool_end = maker(ToolEnd)
 # The events a call's life emits, made the same way (every field given, in order).
 new_tool_start = _tool_start
 new_tool_end = _tool_end
+new_tool_result = _tool_result
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:

@@ -11,7 +11,7 @@ from typing import Any
 
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.errors import ToolError
-from toolpool.models import ErrorCode, ToolCall, ToolResult
+from toolpool.models import ErrorCode, ToolCall, ToolResult, new_tool_result
 from toolpool.tool import to_content
 
 CANCELLED_MESSAGE = "Tool execution cancelled."
@@ -72,7 +72,7 @@ def never_started_result(
 
 def result_from_output(call: ToolCall, output: Any) -> ToolResult:
     """A successful execution's result."""
-    return ToolResult(call_id=call.id, tool_name=call.name, content=to_content(output))
+    return new_tool_result(call.id, call.name, to_content(output), False, None, {})
 
 
 def result_from_exception(call: ToolCall, exc: BaseException) -> ToolResult:

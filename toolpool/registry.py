@@ -278,6 +278,11 @@ class ToolSpec:
             return {}
 
     @property
+    def has_preflight(self) -> bool:
+        """Whether P6 or P7 has anything of the tool's to run."""
+        return self._validate is not None or self._preview is not None
+
+    @property
     def has_preview(self) -> bool:
         return self._preview is not None
 

@@ -261,7 +261,9 @@ class Runner:
             self._running = _Running(message.ticket)
             if self._early_cancel == message.ticket:
                 raise Cancelled(CancelSource.ABORT)
-            refused = None if message.stage is Stage.EXECUTE else self._preflight(spec, call, ctx)
+            # P6, P7 (a tool with neither passes them: nothing to run).
+            preflight = message.stage is not Stage.EXECUTE and spec.has_preflight
+            refused = self._preflight(spec, call, ctx) if preflight else None
             if refused is not None:
                 result = refused
             elif message.stage is Stage.PREPARE:
