@@ -185,3 +185,33 @@ def test_L7_the_next_start_removes_what_a_killed_daemon_left(tmp_path: Path) -> 
                 assert all(not running(int(c.name.split("-")[1])) for c in removed)
     finally:
         assert stop_daemon(second) == 0
+
+
+@pytest.mark.spec("L7")
+def test_L7_a_stale_group_removed_meanwhile_by_another_start_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a dead daemon's cgroup tree that another daemon, starting at the same moment,
+    # is removing: one of its groups vanishes while this start walks the tree
+    from toolpool.sandbox import cgroups
+
+    stale = tmp_path / "toolpool-999999999"
+    for name in ("w1", "w2/sub", "w3"):
+        (stale / name).mkdir(parents=True)
+    real_scandir = cgroups.os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == stale / "w2":  # listed above it, gone when descended into
+            (stale / "w2" / "sub").rmdir()
+            (stale / "w2").rmdir()
+        return real_scandir(path)
+
+    monkeypatch.setattr(cgroups.os, "scandir", scandir)
+    hierarchy = cgroups.Hierarchy(1, tmp_path, tmp_path, frozenset({"pids"}))
+    monkeypatch.setattr(cgroups, "discover", lambda: [hierarchy])
+    monkeypatch.setattr(cgroups, "_kill_members", lambda group: None)  # no members here
+    # When this start removes what dead daemons left
+    removed = cgroups.remove_stale_cgroups(alive=lambda pid: False)
+    # Then it is no error: the tree is gone, and said so
+    assert removed == [str(stale)]
+    assert not stale.exists()

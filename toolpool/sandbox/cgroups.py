@@ -124,9 +124,7 @@ def remove_stale_cgroups(alive: Callable[[int], bool]) -> list[str]:
             pid = stale.name.removeprefix("toolpool-")
             if not pid.isdigit() or alive(int(pid)) or not stale.is_dir():
                 continue
-            groups = sorted(
-                (p for p in stale.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
-            )
+            groups = _subgroups(stale)
             for group in [*groups, stale]:
                 _kill_members(group)
             for _ in range(20):  # members take a moment to leave once killed
@@ -138,6 +136,14 @@ def remove_stale_cgroups(alive: Callable[[int], bool]) -> list[str]:
                     break
                 time.sleep(0.05)
     return removed
+
+
+def _subgroups(top: Path) -> list[Path]:
+    """The cgroups under ``top``, the deepest first. Another daemon starting now may be
+    removing the same stale tree: a group that vanishes while it is walked is left out,
+    never an error (os.walk passes over a directory it cannot list)."""
+    found = [Path(where) / name for where, names, _ in os.walk(top) for name in names]
+    return sorted(found, key=lambda p: -len(p.parts))
 
 
 def _kill_members(group: Path) -> None:
