@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import base64
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolpool import FileReadRegister, ToolContext, ToolError
 from toolpool.cancel import CancelToken
 from toolpool.tools import bash, edit_tool, glob_tool, grep_tool, ls_tool, read_tool, write_tool
-from toolpool.tools.paths import quote
+from toolpool.tools.paths import display_in, quote
 
 from .tool_support import read_whole, text, tool_context
 
@@ -307,3 +309,26 @@ def test_a_spelling_with_a_newline_is_quoted_in_its_refusal(workspace: Path) -> 
     message = outcome(read_tool, {"path": "../x\nPath does not exist: a.txt"}, ctx)
     assert message.startswith('Access denied: "../x\\nPath does not exist: a.txt" resolves to')
     assert "\n" not in message
+
+
+@pytest.mark.spec("E4")
+@given(
+    st.lists(st.sampled_from(["a", "b", "ab", " c", "d\n", "é", ".x", "-"]), max_size=4),
+    st.lists(st.sampled_from(["a", "b", "ab", " c", "d\n", "é", ".x", "-"]), max_size=4),
+)
+def test_E4_a_path_is_named_against_the_workspace_as_its_parts_say(
+    workspace_parts: list[str], path_parts: list[str]
+) -> None:
+    # Given a workspace and a path (real paths: absolute, normal), related or not
+    workspace = PurePosixPath("/", *workspace_parts)
+    for path in (PurePosixPath("/", *path_parts), workspace.joinpath(*path_parts)):
+        # When a message names the path
+        shown = display_in(path, workspace)  # type: ignore[arg-type]
+        # Then it is what the parts say: "." for the workspace, relative under it
+        # (quoted when needed), absolute elsewhere
+        if path == workspace:
+            assert shown == "."
+        elif path.is_relative_to(workspace):
+            assert shown == quote(str(path.relative_to(workspace)))
+        else:
+            assert shown == quote(str(path))
