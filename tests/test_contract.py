@@ -15,6 +15,7 @@ from toolpool import (
     ToolCall,
     ToolContext,
     ToolDefinitionError,
+    ToolError,
     ToolRegistry,
     ToolSpec,
     ValidationResult,
@@ -290,6 +291,26 @@ def test_T2_a_failing_capability_answers_with_the_cautious_default() -> None:
     assert spec.concurrency_safe({}) is False
     assert spec.interrupt_behavior({}) is InterruptBehavior.BLOCK
     assert spec.activity({}) is None
+
+
+@pytest.mark.spec("T2", "D2")
+def test_T2_a_failing_capability_is_logged_once_per_tool(caplog: pytest.LogCaptureFixture) -> None:
+    class Flaky(Minimal):
+        def read_only(self, args: dict[str, Any]) -> bool:
+            raise KeyError("oops")
+
+        def file_paths(self, args: dict[str, Any], ctx: ToolContext) -> list[Path]:
+            raise ToolError("outside the workspace")  # a refusal: no failure to report
+
+    spec = ToolSpec(Flaky())
+    ctx = ToolContext("c", "minimal", "s", Path("/"), FileReadRegister())
+    for _ in range(3):
+        assert spec.read_only({}) is False
+        assert spec.file_paths({}, ctx) == []
+    logged = [r for r in caplog.records if r.name == "toolpool.tools"]
+    assert len(logged) == 1
+    assert "'minimal': its read_only raised KeyError" in logged[0].getMessage()
+    assert logged[0].exc_info is not None  # with its traceback
 
 
 # --- T3 -----------------------------------------------------------------------------

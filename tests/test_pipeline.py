@@ -414,7 +414,7 @@ async def test_P10_execute_content_results_keep_their_blocks(workspace: Path) ->
     assert result.content[1].media_type == "image/png"
 
 
-@pytest.mark.spec("P10")
+@pytest.mark.spec("P10", "D2")
 async def test_P10_execute_errors_become_results(workspace: Path) -> None:
     coordinator, session, _ = make(workspace)
     clean = await run_one(coordinator, session, probe_call("1", fail="execute"))
@@ -422,6 +422,11 @@ async def test_P10_execute_errors_become_results(workspace: Path) -> None:
     assert (clean.text, clean.details) == ("probe failed on purpose", {"why": "asked to"})
     assert crash.text == "RuntimeError: boom"
     assert crash.details["exception"] == "RuntimeError"
+    # the whole traceback is for whoever debugs the tool: in the details (D2), its
+    # raising frame last; the model's text names the error alone
+    trace = crash.details["traceback"]
+    assert trace.startswith("Traceback (most recent call last)") and "boom" in trace
+    assert "Traceback" not in crash.text
     assert all(r.error_code is ErrorCode.EXECUTION_FAILED for r in (clean, crash))
 
 

@@ -127,6 +127,37 @@ async def test_D2_two_pools_in_one_process_keep_their_workers_apart(
     assert second.statistics().replaced == 0
 
 
+@pytest.mark.spec("D2")
+async def test_D2_a_worker_says_why_in_its_log_a_crash_in_c_and_a_tool_that_raised(
+    make_pool: PoolFactory, workspace: Path
+) -> None:
+    # Given a pool whose tools crash in C and raise
+    pool = await make_pool(min_workers=1, max_workers=1)
+    coordinator = coordinator_on(pool)
+    session = coordinator.open_session(workspace)
+    # When one segfaults its worker, and one raises two calls down
+    (crashed,) = await coordinator.run_turn(
+        session, [ToolCall("c1", "crash", {"kind": "segfault"})]
+    )
+    (raised,) = await coordinator.run_turn(
+        session, [ToolCall("c2", "raise_deep", {"text": "no such key"})]
+    )
+    coordinator.close()
+    # Then the crashed worker's log holds the Python stack at the crash, the tool's frame
+    # in it (faulthandler)
+    assert crashed.error_code is ErrorCode.WORKER_LOST
+    logs = pool.processes.runtime_dir
+    crash_log = (logs / f"worker-{crashed.details['worker']}.log").read_text()
+    assert "Fatal Python error: Segmentation fault" in crash_log
+    assert "line" in crash_log and "in crash" in crash_log
+    # and the raised error is the model's in one line, its traceback in the details
+    # and in the worker's log, both down to the raising frame
+    assert raised.text == "ValueError: no such key"
+    assert "in inner" in raised.details["traceback"]
+    raise_log = (logs / f"worker-{raised.details['worker']}.log").read_text()
+    assert "the tool 'raise_deep' raised" in raise_log and "in inner" in raise_log
+
+
 async def test_pool_statistics_and_repr(make_pool: PoolFactory, workspace: Path) -> None:
     pool = await make_pool(min_workers=2)
     assert repr(pool) == "<WorkerPool [2 idle, 0 busy, 0 starting, 0 retiring; 0 queued, 0 held]>"

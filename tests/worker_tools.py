@@ -162,6 +162,16 @@ def crash(kind: str) -> str:
 
 
 @tool
+def raise_deep(text: str) -> str:
+    """Fail two calls down with a ValueError naming ``text``."""
+
+    def inner() -> str:
+        raise ValueError(text)
+
+    return inner()
+
+
+@tool
 def burn_cpu(seconds: float) -> str:
     """Spin the CPU."""
     deadline = time.monotonic() + seconds

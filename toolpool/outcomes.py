@@ -6,6 +6,7 @@ a cancelled call reads the same wherever it ran.
 
 from __future__ import annotations
 
+import logging
 import traceback
 from typing import Any
 
@@ -14,7 +15,11 @@ from toolpool.errors import ToolError
 from toolpool.models import ErrorCode, ToolCall, ToolResult, new_tool_result
 from toolpool.tool import to_content
 
+log = logging.getLogger("toolpool.tools")
+
 CANCELLED_MESSAGE = "Tool execution cancelled."
+# The most of a failed tool's traceback its result's details carry.
+TRACEBACK_CHARS = 16 * 1024
 SKIPPED_MESSAGE = "Skipped due to queued user message."
 INTERRUPTED_MESSAGE = "Tool execution interrupted by a queued user message."
 
@@ -90,5 +95,9 @@ def result_from_exception(call: ToolCall, exc: BaseException) -> ToolResult:
     frames = traceback.extract_tb(exc.__traceback__)
     if frames:
         details["location"] = f"{frames[-1].filename}:{frames[-1].lineno}"
+    # The whole traceback for whoever debugs the tool — in the details, not the
+    # model's text — its end kept when it is long (the raising frames are there).
+    details["traceback"] = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
+    log.warning("call %s: the tool %r raised", call.id, call.name, exc_info=exc)
     message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return ToolResult.error(call, ErrorCode.EXECUTION_FAILED, message, details)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -17,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from toolpool.errors import ToolDefinitionError
+from toolpool.errors import ToolDefinitionError, ToolError
 from toolpool.tool import (
     ActivityDescriber,
     Arguments,
@@ -45,6 +46,8 @@ _BEHAVIORS: dict[Any, InterruptBehavior] = {
     **{b: b for b in InterruptBehavior},
     **{b.value: b for b in InterruptBehavior},
 }
+log = logging.getLogger("toolpool.tools")
+
 # The capabilities a tool may answer once for every call (FixedAnswersTool), and the
 # mark of an answer asked per call.
 _FIXABLE = frozenset(("label", "read_only", "concurrency_safe", "interrupt_behavior", "activity"))
@@ -70,6 +73,7 @@ class ToolSpec:
         "_activity",
         "_call_limits",
         "_checker",
+        "_complained",
         "_concurrency_safe",
         "_file_paths",
         "_fixed_read_only",
@@ -129,6 +133,7 @@ class ToolSpec:
         )
         self._file_paths = tool.file_paths if isinstance(tool, FileTool) else None
         self._call_limits = tool.call_limits if isinstance(tool, LimitedTool) else None
+        self._complained: set[str] = set()  # the capabilities whose failure was logged
         self.has_file_paths = self._file_paths is not None
         self.has_call_limits = self._call_limits is not None
         self._fix_answers(tool.fixed_answers() if isinstance(tool, FixedAnswersTool) else {})
@@ -207,6 +212,21 @@ class ToolSpec:
 
     # -- T2 defaults ---------------------------------------------------------------
 
+    def _failed(self, capability: str, exc: Exception) -> None:
+        """A capability raised: it answers with T2's cautious default, and the first
+        time (per tool and capability) the log says so, with the traceback — a tool's
+        refusal (``ToolError``, a path out of reach…) is no failure to report."""
+        if capability in self._complained or isinstance(exc, ToolError):
+            return
+        self._complained.add(capability)
+        log.warning(
+            "tool %r: its %s raised %s; it answers with the default (logged once)",
+            self.name,
+            capability,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+
     def label(self) -> str:
         if self.steady_start is not None:
             return self.steady_start[0]
@@ -214,7 +234,8 @@ class ToolSpec:
             return self.name
         try:
             return str(self._label())
-        except Exception:
+        except Exception as exc:
+            self._failed("label", exc)
             return self.name
 
     def read_only(self, args: Arguments) -> bool:
@@ -222,7 +243,8 @@ class ToolSpec:
             return bool(self._fixed_read_only)
         try:
             return bool(self._read_only(args))
-        except Exception:
+        except Exception as exc:
+            self._failed("read_only", exc)
             return False
 
     def concurrency_safe(self, args: Arguments) -> bool:
@@ -233,7 +255,8 @@ class ToolSpec:
             return self.read_only(args)
         try:
             return bool(self._concurrency_safe(args))
-        except Exception:
+        except Exception as exc:
+            self._failed("concurrency_safe", exc)
             return False
 
     def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
@@ -243,7 +266,8 @@ class ToolSpec:
             return InterruptBehavior.BLOCK
         try:
             answer = self._interrupt_behavior(args)
-        except Exception:
+        except Exception as exc:
+            self._failed("interrupt_behavior", exc)
             return InterruptBehavior.BLOCK
         # A dict, not InterruptBehavior(answer): an Enum's call costs ten times more.
         return _BEHAVIORS.get(answer, InterruptBehavior.BLOCK)
@@ -255,7 +279,8 @@ class ToolSpec:
             return None
         try:
             text = self._activity(args)
-        except Exception:
+        except Exception as exc:
+            self._failed("activity", exc)
             return None
         return None if text is None else str(text)
 
@@ -265,7 +290,8 @@ class ToolSpec:
             return []
         try:
             return [Path(p) for p in self._file_paths(args, ctx)]
-        except Exception:
+        except Exception as exc:
+            self._failed("file_paths", exc)
             return []
 
     def call_limits(self, args: Arguments) -> dict[str, Any]:
@@ -274,7 +300,8 @@ class ToolSpec:
             return {}
         try:
             return dict(self._call_limits(args))
-        except Exception:
+        except Exception as exc:
+            self._failed("call_limits", exc)
             return {}
 
     @property

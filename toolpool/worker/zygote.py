@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import logging
 import os
 import selectors
@@ -71,6 +72,9 @@ def _child(message: Spawn, registry: ToolRegistry, log_dir: Path, keep: list[int
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
         )
+        # A crash in C code (a segfault in an extension) leaves every thread's stack
+        # in the worker's log.
+        faulthandler.enable(sys.stderr, all_threads=True)
         code = serve(WorkerConfig.from_dict(message.config), registry)
     except BaseException:
         traceback.print_exc()
@@ -140,8 +144,10 @@ def main() -> int:
     linux.become_subreaper()  # what a dead worker leaves is re-parented here, and reaped
     stdin = os.fdopen(0, "rb", buffering=0)
     stdout = os.fdopen(1, "wb", buffering=0)
-    # Our stdout carries frames: anything else printed goes to stderr.
+    # Our stdout carries frames: anything else printed goes to stderr, its log; and
+    # so does the stack of a crash in C code.
     sys.stdout = sys.stderr
+    faulthandler.enable(sys.stderr, all_threads=True)
     return run(args.tool_module, args.log_dir, stdin, stdout, args.heartbeat_interval)
 
 
