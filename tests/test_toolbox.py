@@ -29,13 +29,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 async def test_A2_one_session_across_calls_read_then_edit(daemon: Daemon, workspace: Path) -> None:
     (workspace / "a.txt").write_text("hello world\n")
     edit = {"path": "a.txt", "old_string": "world", "new_string": "there"}
-    async with AsyncClient(runtime_dir=daemon.runtime) as client:
-        async with AsyncToolbox(client, workspace) as toolbox:
-            names = {d.name for d in await toolbox.definitions()}
-            refused = await toolbox.call("edit", edit)
-            read = await toolbox.call("read", {"path": "a.txt"})
-            edited = await toolbox.call("edit", edit)
-            sessions = (await client.status())["sessions"]
+    client = AsyncClient(runtime_dir=daemon.runtime)
+    async with client, AsyncToolbox(client, workspace) as toolbox:
+        names = {d.name for d in await toolbox.definitions()}
+        refused = await toolbox.call("edit", edit)
+        read = await toolbox.call("read", {"path": "a.txt"})
+        edited = await toolbox.call("edit", edit)
+        sessions = (await client.status())["sessions"]
     assert {"read", "edit", "bash"} <= names
     assert refused.is_error and "read" in refused.text.lower()  # F3: read it first
     assert not read.is_error and not edited.is_error
@@ -83,18 +83,18 @@ async def test_A2_progress_reaches_its_call_and_a_cancelled_caller_stops_the_cal
         if "started" in str(data):
             started.set()
 
-    async with AsyncClient(runtime_dir=daemon.runtime) as client:
-        async with AsyncToolbox(client, workspace) as toolbox:
-            # a sleep past the test's end: only the cancellation can stop it
-            long = asyncio.ensure_future(
-                toolbox.call("bash", {"command": "echo started; sleep 3600"}, on_progress=progress)
-            )
-            await asyncio.wait_for(started.wait(), 30)
-            long.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await long
-            # bash is exclusive (S2): this call runs only once the sleep has stopped.
-            after = await toolbox.call("bash", {"command": "echo after"})
+    client = AsyncClient(runtime_dir=daemon.runtime)
+    async with client, AsyncToolbox(client, workspace) as toolbox:
+        # a sleep past the test's end: only the cancellation can stop it
+        long = asyncio.ensure_future(
+            toolbox.call("bash", {"command": "echo started; sleep 3600"}, on_progress=progress)
+        )
+        await asyncio.wait_for(started.wait(), 30)
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        # bash is exclusive (S2): this call runs only once the sleep has stopped.
+        after = await toolbox.call("bash", {"command": "echo after"})
     assert any("started" in str(r) for r in reports)
     assert not after.is_error and after.text.startswith("after\n")
 
