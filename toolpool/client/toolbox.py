@@ -65,6 +65,36 @@ class ToolDefinition:
         )
 
 
+def gate_asks(options: dict[str, Any], tool: ToolDefinition) -> bool:
+    """Whether the session's gate (its ``gate`` and ``policy`` options) would put a
+    call of ``tool`` to the client, judged here as the daemon judges it (P8): "ask"
+    asks about every tool that is not read-only, "policy" follows the first rule
+    that matches (none: ask). For frameworks that decide on approval before a tool
+    runs; a rule by permission is not matched here (a definition carries none), so
+    the daemon may still ask, and the toolbox's ``on_approval`` then answers."""
+    from toolpool.policy import Action, parse_policy
+
+    gate = str(options.get("gate", "allow"))
+    if gate == "ask":
+        return not tool.read_only
+    if gate != "policy":
+        return False
+    asked = _Asked(tool.name, tool.read_only)
+    for rule in parse_policy(options.get("policy") or ()):
+        if rule.matches(asked):
+            return rule.action is Action.ASK
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """A call of a tool as a policy rule reads it (``toolpool.policy``)."""
+
+    tool_name: str
+    read_only: bool
+    permissions: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class _Route:
     """Where one call's progress, approval question and result go."""
@@ -395,4 +425,5 @@ __all__ = [
     "ProgressHandler",
     "ToolDefinition",
     "Toolbox",
+    "gate_asks",
 ]
