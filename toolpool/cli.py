@@ -30,7 +30,7 @@ import toolpool
 from toolpool.client.control import ExitCode
 from toolpool.errors import ToolpoolError
 
-FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "mcp")
+FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "langchain", "mcp")
 PROFILES = ("toolpool", "claude-code", "codex")  # toolpool.profiles.PROFILES (a test checks)
 
 
