@@ -829,7 +829,6 @@ def test_an_openai_message_dumped_without_its_nulls_has_no_calls() -> None:
             "item 0",
             "keys 'args', 'kwargs'",
         ),
-        ([{"name": "lookup", "args": {"key": "a"}}], None, "item 0", "key 'args'"),
         ({"role": "assistant", "text": "hi"}, None, "cannot tell the format", "key 'text'"),
         (
             {"id": "1", "name": "lookup", "input": {}},

@@ -81,6 +81,8 @@ def test_E7_results_in_toolmessage_shape_rebuild_as_toolmessages() -> None:
             [{"id": "c1", "type": "custom", "custom": {"name": "x", "input": "hi"}}],
             r"is a 'custom' tool call; toolpool runs function tools only",
         ),
+        # LangChain's call without its id (a ToolMessage could not answer it).
+        ([{"name": "lookup", "args": {"key": "a"}}], r"tool_calls\[0\] has no 'id'"),
         # A type no format has: refused, not read as a list without calls.
         ([{"type": "action", "id": "1", "tool": "read"}], r"item 0 has type 'action'"),
         (
