@@ -25,3 +25,5 @@ _.tb  # __exit__'s third parameter
 _.signum  # a signal handler's first parameter
 unpack._Source.readinto  # io.RawIOBase's protocol: BufferedReader calls it
 unpack._Counted.readinto
+
+_.get_tools  # pydantic-ai calls a toolset's get_tools (toolpool.integrations.pydantic_ai)

@@ -308,3 +308,94 @@ def test_serve_without_the_sdk_names_the_extra_to_install(tmp_path: Path) -> Non
     assert finished.returncode == 2
     assert finished.stdout == ""  # stdout belongs to the protocol
     assert "pip install 'toolpool[mcp]'" in finished.stderr
+
+
+# --- session options (SPEC A4) ------------------------------------------------------------
+
+
+def serve_with(runtime: Path, workspace: Path, *flags: str, **kwargs: Any) -> Client:
+    parameters = serve_parameters(runtime, workspace)
+    parameters = StdioServerParameters(
+        command=parameters.command, args=[*parameters.args, *flags], cwd=parameters.cwd
+    )
+    return Client(parameters, **kwargs)
+
+
+@pytest.mark.spec("A4", "P8")
+async def test_A4_the_gate_asks_the_mcp_clients_user_by_elicitation(
+    daemon: Daemon, workspace: Path
+) -> None:
+    """gate=ask: a call that is not read-only is put to the user through the MCP
+    client's elicitation; accepted, it runs; declined, the model reads the reason;
+    a read-only call is not asked."""
+    from mcp_types import ElicitResult
+
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        if "yes" in params.message:
+            return ElicitResult(action="accept", content={})
+        return ElicitResult(action="decline", content={"reason": "not in my repo"})
+
+    # The protocol before 2026-07-28, whose servers may ask their clients (elicitation).
+    mcp = serve_with(
+        daemon.runtime, workspace, "--gate", "ask", elicitation_callback=answer, mode="legacy"
+    )
+    async with mcp:
+        allowed = await mcp.call_tool("bash", {"command": "echo yes"})
+        refused = await mcp.call_tool("bash", {"command": "echo no > made.txt"})
+        listed = await mcp.call_tool("ls", {})
+    assert not allowed.is_error and "yes" in text(allowed)
+    assert refused.is_error and "not in my repo" in text(refused)
+    assert not (workspace / "made.txt").exists()
+    assert not listed.is_error
+    assert len(asked) == 2 and "echo yes" in asked[0] and "made.txt" in asked[1]
+
+
+@pytest.mark.spec("A4")
+@pytest.mark.parametrize(
+    ("callback", "why"),
+    [
+        (False, "cannot be asked: it does not support elicitation"),
+        # The 2026-07-28 protocol: no server-initiated request, so no question either.
+        (True, "lets the server ask only through input_required results"),
+    ],
+)
+async def test_A4_a_client_that_cannot_be_asked_is_not_the_call_is_denied(
+    daemon: Daemon, workspace: Path, callback: bool, why: str
+) -> None:
+    from mcp_types import ElicitResult
+
+    async def accept(context: Any, params: Any) -> ElicitResult:
+        return ElicitResult(action="accept", content={})
+
+    kwargs: dict[str, Any] = {"elicitation_callback": accept} if callback else {}
+    async with serve_with(daemon.runtime, workspace, "--gate", "ask", **kwargs) as mcp:
+        refused = await mcp.call_tool("bash", {"command": "echo hi > made.txt"})
+    assert refused.is_error
+    assert why in text(refused)
+    assert not (workspace / "made.txt").exists()
+
+
+@pytest.mark.spec("A4", "F12")
+async def test_A4_profile_and_limits_of_the_session(daemon: Daemon, workspace: Path) -> None:
+    flags = ("--tool-profile", "claude-code", "--limit", "wall_seconds=1")
+    async with serve_with(daemon.runtime, workspace, *flags) as mcp:
+        names = {tool.name for tool in (await mcp.list_tools()).tools}
+        slow = await mcp.call_tool("Bash", {"command": "sleep 30"})
+    assert {"Read", "Edit", "Bash"} <= names and "read" not in names
+    assert slow.is_error and "wall time limit of 1 s" in text(slow)
+
+
+@pytest.mark.spec("A4", "E6")
+def test_A4_a_bad_session_option_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "toolpool", "mcp", "serve", "--limit", "wall_seconds=-3",
+         "--runtime-dir", str(tmp_path / "rt")],
+        cwd=ROOT, env=daemon_env(tmp_path), capture_output=True, text=True, timeout=60,
+        check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "toolpool: error: mcp serve: session option limits" in done.stderr
+    assert done.stdout == ""

@@ -68,3 +68,30 @@ def _printed_spans(text: str) -> list[dict[str, Any]]:
 
 def test_readme_embedding_example_runs(tmp_path: Path) -> None:
     assert run(EXAMPLES[4], tmp_path, daemon_env(tmp_path)).splitlines() == ["4"]
+
+
+def _example(marker: str) -> str:
+    (found,) = [e for e in EXAMPLES if marker in e]
+    return found
+
+
+@pytest.mark.spec("A3")
+def test_readme_framework_examples_run_against_a_daemon(tmp_path: Path) -> None:
+    """Each framework's example, as written, with its offline model or none: at most
+    ten lines of glue between the client and the framework."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("# my project\n\nIt uses toolpool.\n")
+    examples = {
+        name: _example(f"toolpool.integrations.{name}")
+        for name in ("pydantic_ai", "openai_agents", "langchain")
+    }
+    for code in examples.values():  # the glue: what sits inside main()
+        body = code.split("async def main() -> None:\n", 1)[1].split("\n\n", 1)[0]
+        assert len(body.splitlines()) <= 10
+    with running_daemon(tmp_path) as daemon:
+        env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
+        printed = {name: run(code, project, env) for name, code in examples.items()}
+    assert "README.md" in printed["pydantic_ai"]  # TestModel called ls, and said so
+    assert printed["openai_agents"].strip() == "['read', 'glob', 'grep']"
+    assert printed["langchain"].startswith("success      1\t# my project")

@@ -7,7 +7,7 @@ toolpool tools [--format openai|anthropic|…] [--profile claude-code|codex]
                                                   the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
-toolpool mcp serve [--workspace DIR]              the tools, to an MCP client over stdio
+toolpool mcp serve [--workspace DIR] [--gate …]    the tools, to an MCP client over stdio
 toolpool bench [--quick] [--out DIR] [--only …]   the bench (from a source checkout)
 """
 
@@ -30,7 +30,7 @@ import toolpool
 from toolpool.client.control import ExitCode
 from toolpool.errors import ToolpoolError
 
-FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "mcp")
+FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "langchain", "mcp")
 PROFILES = ("toolpool", "claude-code", "codex")  # toolpool.profiles.PROFILES (a test checks)
 
 
@@ -299,6 +299,7 @@ def _cmd_mcp_serve(args: argparse.Namespace) -> int:
     except McpUnavailable as exc:
         raise UsageError(f"mcp serve: {exc}") from None
     config = load_config({"runtime_dir": args.runtime_dir}, check_modules=False)
+    options = _mcp_session_options(args)
     from toolpool.client.mcp_serve import serve_stdio
 
     return serve_stdio(
@@ -306,7 +307,57 @@ def _cmd_mcp_serve(args: argparse.Namespace) -> int:
         config.runtime_dir,
         log_file=config.log_file,
         drain_grace=config.drain_grace,
+        options=options,
     )
+
+
+def _mcp_session_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The session options ``mcp serve``'s flags give, checked as the daemon checks
+    them (a bad one is a usage error naming it)."""
+    from toolpool.session_options import SessionOptionError, SessionOptions
+
+    options: dict[str, Any] = {}
+    if args.gate is not None:
+        options["gate"] = args.gate
+    if args.policy is not None:
+        text = args.policy
+        if not text.lstrip().startswith("["):
+            try:
+                text = Path(text).read_text()
+            except OSError as exc:
+                raise UsageError(f"mcp serve: --policy {args.policy}: {exc.strerror}") from None
+        try:
+            options["policy"] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"mcp serve: --policy is not a JSON list of rules: {exc}") from None
+    if args.tool_profile is not None:
+        options["tool_profile"] = args.tool_profile
+    if args.allow_network:
+        options["allow_network"] = True
+    if args.approval_timeout is not None:
+        options["approval_timeout"] = args.approval_timeout
+    limits: dict[str, Any] = {}
+    for item in args.limit or ():
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"mcp serve: --limit {item!r}: expected NAME=VALUE")
+        limits[name.strip()] = _number(value.strip())
+    if limits:
+        options["limits"] = limits
+    try:
+        SessionOptions.parse(options)
+    except SessionOptionError as exc:
+        raise UsageError(f"mcp serve: {exc}") from None
+    return options
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -415,6 +466,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp_serve.add_argument("--workspace", default=".", help="the session's workspace (default: .)")
     mcp_serve.add_argument("--runtime-dir", type=Path, help="the daemon's runtime directory")
+    mcp_serve.add_argument(
+        "--gate",
+        choices=("allow", "ask", "policy"),
+        help="the session's gate: ask asks the MCP client's user (elicitation) before every "
+        "call that is not read-only; policy follows --policy (default: allow)",
+    )
+    mcp_serve.add_argument(
+        "--policy", metavar="JSON|FILE", help="the gate's rules: a JSON list, or a file holding one"
+    )
+    mcp_serve.add_argument(
+        "--tool-profile", choices=PROFILES, help="whose tool names the session offers"
+    )
+    mcp_serve.add_argument(
+        "--allow-network", action="store_true", help="the session's commands may reach out"
+    )
+    mcp_serve.add_argument(
+        "--limit",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a per-call limit of the session (wall_seconds=30, memory_bytes=…; repeatable)",
+    )
+    mcp_serve.add_argument(
+        "--approval-timeout", type=float, metavar="SECONDS", help="how long a question waits"
+    )
     mcp_serve.set_defaults(handler=_cmd_mcp_serve)
 
     # Its flags (--help too) are the bench's own: see main().

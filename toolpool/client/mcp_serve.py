@@ -23,11 +23,9 @@ stdout carries the protocol and nothing else: every other word goes to stderr.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
-import math
 import signal
 import sys
 from pathlib import Path
@@ -35,35 +33,25 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import NoBackChannelError
 
 import toolpool
-from toolpool.client import (
-    AsyncClient,
-    AsyncSession,
-    AsyncTurn,
-    ClientError,
-    ClientProtocolError,
-)
+from toolpool.client import AsyncClient, ClientError
 from toolpool.client.control import ControlError, ExitCode, ensure_running, stop_background
-from toolpool.models import ToolCall, ToolEnd, ToolResult, ToolUpdate, UpdateKind
+from toolpool.client.core import ApprovalRequested
+from toolpool.client.toolbox import AsyncToolbox
 from toolpool.providers import results_to_mcp
 from toolpool.runtime import running_pid
 
-CANCEL_TIMEOUT = 5.0  # seconds a cancellation waits for the daemon's answer
-
 
 class McpConnection:
-    """One MCP connection's toolpool side: a session of the daemon and its open turn."""
+    """One MCP connection's toolpool side: a toolbox (one session, one open turn)."""
 
-    def __init__(self, client: AsyncClient, session: AsyncSession, turn: AsyncTurn) -> None:
+    def __init__(self, client: AsyncClient, toolbox: AsyncToolbox) -> None:
         self.client = client
-        self.session = session
-        self.turn = turn
-        self._ids = itertools.count(1)
-        self._calls: dict[str, MemoryObjectSendStream[str | ToolResult]] = {}
+        self.toolbox = toolbox
         self._tools: list[types.Tool] | None = None
 
     def server(self) -> Server[Any]:
@@ -78,60 +66,64 @@ class McpConnection:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        if self._tools is None:  # the daemon's tools do not change while it runs
-            definitions = await self.client.tools("mcp")
+        if self._tools is None:  # the session's tools do not change while it runs
+            profile = self.toolbox.options.get("tool_profile", "toolpool")
+            definitions = await self.client.tools("mcp", profile)
             self._tools = [types.Tool.model_validate(d) for d in definitions]
         return types.ListToolsResult(tools=self._tools)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        call_id = f"mcp-{next(self._ids)}"
-        # Filed before the call exists, so none of its events can arrive unclaimed.
-        events, received = anyio.create_memory_object_stream[str | ToolResult](math.inf)
-        self._calls[call_id] = events
-        try:
-            await self.turn.add([ToolCall(call_id, params.name, params.arguments or {})])
-            result = await _follow(ctx, received)
-        except anyio.get_cancelled_exc_class():
-            # The client cancelled the request (or hung up): stop the call in the daemon.
-            with anyio.move_on_after(CANCEL_TIMEOUT, shield=True):
-                with contextlib.suppress(ClientError):
-                    await self.turn.cancel(call_id)
-            raise
-        finally:
-            self._calls.pop(call_id, None)
-            events.close()
-            received.close()
+        count = itertools.count(1)  # MCP wants progress to grow with every notification
+
+        async def progress(data: Any) -> None:
+            # The SDK sends nothing when the request carries no progress token.
+            await ctx.session.report_progress(next(count), None, _text(data))
+
+        async def approval(request: ApprovalRequested) -> tuple[bool, str]:
+            return await _elicited(ctx, request)
+
+        result = await self.toolbox.call(
+            params.name, params.arguments or {}, on_progress=progress, on_approval=approval
+        )
         (body,) = results_to_mcp([result])
         return types.CallToolResult.model_validate(body)
 
-    async def route_events(self) -> None:
-        """Hand each call its progress reports, then its result, in the turn's order."""
-        async for event in self.turn.follow():  # the connection may live for hours
-            if isinstance(event, ToolUpdate) and event.kind is UpdateKind.PROGRESS:
-                events = self._calls.get(event.call_id)
-                if events is not None:
-                    events.send_nowait(_text(event.data))
-            elif isinstance(event, ToolEnd):
-                events = self._calls.pop(event.call_id, None)
-                if events is not None:
-                    events.send_nowait(event.result)
-                    events.close()
 
-
-async def _follow(
-    ctx: ServerRequestContext[Any, Any], events: MemoryObjectReceiveStream[str | ToolResult]
-) -> ToolResult:
-    """Report a call's progress as it comes (when the request asked for it: the SDK
-    sends nothing without a progress token); return its result."""
-    count = 0  # MCP wants progress to grow with every notification, even without a total
-    async for item in events:
-        if isinstance(item, ToolResult):
-            return item
-        count += 1
-        await ctx.session.report_progress(count, None, item)
-    raise ClientProtocolError("the daemon's turn ended without the call's result")
+async def _elicited(
+    ctx: ServerRequestContext[Any, Any], request: ApprovalRequested
+) -> tuple[bool, str]:
+    """The gate's question to the MCP client's user, as a form elicitation; a client
+    that cannot be asked so (no ``elicitation`` capability) denies, saying why."""
+    asked = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    if not ctx.session.check_client_capability(asked):
+        return False, (
+            f'"{request.call.name}" needs approval (the session\'s gate), and this MCP '
+            "client cannot be asked: it does not support elicitation"
+        )
+    preview = request.preview if isinstance(request.preview, str) else None
+    message = f"Allow {request.label}?\n{json.dumps(request.call.arguments, ensure_ascii=False)}"
+    if preview:
+        message += f"\n\n{preview}"
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "title": "Why not (when you decline)"}},
+    }
+    try:
+        answer = await ctx.session.elicit_form(message, schema, ctx.request_id)
+    except NoBackChannelError:
+        # The protocol of 2026-07-28 has no server-initiated requests: its elicitation
+        # is an ``input_required`` result, which this server does not make yet.
+        return False, (
+            f'"{request.call.name}" needs approval (the session\'s gate), and this MCP '
+            f"client cannot be asked: its protocol ({ctx.protocol_version}) lets the "
+            "server ask only through input_required results"
+        )
+    if answer.action == "accept":
+        return True, ""
+    reason = str((answer.content or {}).get("reason") or "")
+    return False, reason or f'The user did not allow "{request.call.name}".'
 
 
 def _text(data: Any) -> str:
@@ -145,25 +137,19 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-async def serve(workspace: Path, runtime_dir: Path) -> int:
-    """Serve one MCP connection on stdin/stdout until it ends (or SIGTERM/SIGINT);
-    return how many other clients the daemon has left."""
+async def serve(workspace: Path, runtime_dir: Path, options: dict[str, Any] | None = None) -> int:
+    """Serve one MCP connection on stdin/stdout until it ends (or SIGTERM/SIGINT),
+    with a session of ``options``; return how many other clients the daemon has left."""
     async with AsyncClient(runtime_dir=runtime_dir, name="toolpool mcp serve") as client:
-        async with client.session(workspace) as session:
-            turn = await session.submit([], open=True)
-            connection = McpConnection(client, session, turn)
+        async with AsyncToolbox(client, workspace, call_ids="mcp", **(options or {})) as toolbox:
+            connection = McpConnection(client, toolbox)
             server = connection.server()
-            try:
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(connection.route_events)
-                    tasks.start_soon(_cancel_on_signal, tasks.cancel_scope)
-                    async with stdio_server() as (read_stream, write_stream):
-                        options = server.create_initialization_options()
-                        await server.run(read_stream, write_stream, options)
-                    tasks.cancel_scope.cancel()
-            finally:
-                with anyio.CancelScope(shield=True), contextlib.suppress(ClientError):
-                    await turn.close()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_cancel_on_signal, tasks.cancel_scope)
+                async with stdio_server() as (read_stream, write_stream):
+                    initialization = server.create_initialization_options()
+                    await server.run(read_stream, write_stream, initialization)
+                tasks.cancel_scope.cancel()
         status = await client.status()
     return max(0, int(status.get("clients", 1)) - 1)
 
@@ -174,10 +160,11 @@ def serve_stdio(
     *,
     log_file: Path | None = None,
     drain_grace: float = 10.0,
+    options: dict[str, Any] | None = None,
 ) -> int:
     """``toolpool mcp serve``: its exit status. When no daemon runs it starts one
     (logging to ``log_file``), and stops it at exit (``drain_grace`` is its setting)
-    unless other clients use it by then."""
+    unless other clients use it by then. ``options`` are the session's."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         ours = ensure_running(runtime_dir, log_file=log_file, out=sys.stderr)
@@ -186,7 +173,7 @@ def serve_stdio(
         return ExitCode.FAILED
     others, code = 0, ExitCode.FAILED
     try:
-        others = anyio.run(serve, workspace.resolve(), runtime_dir)
+        others = anyio.run(serve, workspace.resolve(), runtime_dir, options)
         code = ExitCode.OK
     except* ClientError as failures:  # the daemon went away, or refused the session
         for failure in failures.exceptions:

@@ -7,10 +7,14 @@
                 print(event)
             results = turn.results()    # in call order
 
-The driver owns the socket and the waiting; the connection does the rest. One thread
-at a time waits: it reads the socket and the connection files what arrives under its
-request or turn (a lock keeps two threads from reading at once). What the connection
-queues goes out at once, or, while another thread waits, within ``POLL_SECONDS``.
+The driver owns the socket and the waiting; the connection does the rest. Threads may
+share a client: one of those that wait reads the socket (the reader) and the
+connection files what arrives under its request or turn; the others wait on a
+condition, woken whenever the reader filed something, each until its own operation is
+done or its own timeout is over. When the reader's operation is done, a waiting thread
+takes over the reading, so a thread that follows an open turn for hours never keeps
+another's request from its answer. What the connection queues goes out at once, or,
+while another thread reads, within ``POLL_SECONDS``.
 
 The wait is a blocking ``recv`` with a receive timeout, one frame (or one part of a
 message of several) at a time: the cheapest wait pyzmq has (a poll of the socket and
@@ -52,7 +56,10 @@ class Client(ClientBase[zmq.Socket[bytes]]):
     __doc__ = ClientBase.__doc__
 
     default_name = "toolpool.Client"
-    _lock = threading.RLock()  # replaced per client at connect
+    _lock = threading.RLock()  # replaced per client at connect: the socket's, held by the reader
+    _turn = threading.Condition()  # replaced per client at connect: who reads, who waits
+    _reader: int | None = None  # the thread that reads the socket now
+    _waiting = 0  # threads waiting for the reader to file their answer
 
     # -- connection --------------------------------------------------------------------
 
@@ -65,6 +72,8 @@ class Client(ClientBase[zmq.Socket[bytes]]):
 
     def connect(self) -> None:
         self._lock = threading.RLock()
+        self._turn = threading.Condition(threading.Lock())
+        self._reader, self._waiting = None, 0
         self._conn.on_outgoing = self._flush
         self._dial(zmq.Context())
         self._receive_ms = 0  # the socket's receive timeout, as last set
@@ -75,11 +84,27 @@ class Client(ClientBase[zmq.Socket[bytes]]):
             raise
 
     def close(self) -> None:
-        """Say goodbye (the daemon closes this client's sessions) and disconnect."""
+        """Say goodbye (the daemon closes this client's sessions) and disconnect. A
+        thread reading meanwhile sees the connection closed within ``POLL_SECONDS``
+        and leaves the socket first."""
         self._conn.close()
+        self._reader_gone()
         with contextlib.suppress(zmq.ZMQError):
             self._flush()
         self._hang_up()
+
+    def _reader_gone(self) -> None:
+        """Wait (a second at most) until no other thread reads the socket."""
+        if self._reader in (None, threading.get_ident()):
+            return
+        deadline = time.monotonic() + 1.0
+        with self._turn:
+            self._waiting += 1
+            try:
+                while self._reader is not None and time.monotonic() < deadline:
+                    self._turn.wait(POLL_SECONDS)
+            finally:
+                self._waiting -= 1
 
     # -- the wire ------------------------------------------------------------------------
 
@@ -103,6 +128,51 @@ class Client(ClientBase[zmq.Socket[bytes]]):
             self._lock.release()
 
     def _run(self, operation: Operation[T]) -> T:
+        """Wait until ``operation`` is done; its outcome. The calling thread reads the
+        socket when no other does (or when it is the reader already: an approval
+        handler's request); else it waits for the reader to file its answer, and
+        takes over the reading when the reader leaves first."""
+        conn = self._conn
+        if conn.outgoing:
+            self._flush()
+        if operation.done():
+            return operation.outcome()
+        timeout = operation.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        me = threading.get_ident()
+        if self._reader == me:
+            return self._read(operation, deadline)
+        turn = self._turn
+        with turn:
+            while self._reader is not None:
+                if operation.done():
+                    return operation.outcome()
+                wait = POLL_SECONDS
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise operation.expired()
+                    wait = min(wait, left)
+                self._waiting += 1
+                try:
+                    turn.wait(wait)
+                finally:
+                    self._waiting -= 1
+            self._reader = me
+        try:
+            return self._read(operation, deadline)
+        finally:
+            with turn:
+                self._reader = None
+                if self._waiting:
+                    turn.notify_all()  # one of them reads now
+
+    def _filed(self) -> None:
+        """The reader filed what arrived: the waiting threads look at their answers."""
+        with self._turn:
+            self._turn.notify_all()
+
+    def _read(self, operation: Operation[T], deadline: float | None) -> T:
         """Read and file what arrives until ``operation`` is done; its outcome."""
         with self._lock:
             conn = self._conn
@@ -112,8 +182,6 @@ class Client(ClientBase[zmq.Socket[bytes]]):
                 return operation.outcome()
             socket = self._socket
             assert socket is not None
-            timeout = operation.timeout
-            deadline = None if timeout is None else time.monotonic() + timeout
             while True:
                 milliseconds = _POLL_MS
                 if deadline is not None:
@@ -128,10 +196,14 @@ class Client(ClientBase[zmq.Socket[bytes]]):
                     frame = socket.recv()
                 except zmq.Again:
                     self._quiet()
+                    if self._waiting:
+                        self._filed()  # the daemon may have gone: they see it too
                 else:
                     deferred = conn.receive(frame)
                     if deferred:
                         self._refuse(deferred)
+                    if self._waiting:
+                        self._filed()
                 if conn.outgoing:
                     self._flush()
                 if operation.done():

@@ -20,6 +20,11 @@ from toolpool.providers.anthropic import (
     tools_to_anthropic,
 )
 from toolpool.providers.gemini import calls_from_gemini, results_to_gemini, tools_to_gemini
+from toolpool.providers.langchain import (
+    calls_from_langchain,
+    results_to_langchain,
+    tools_to_langchain,
+)
 from toolpool.providers.mcp import results_to_mcp, tools_to_mcp
 from toolpool.providers.openai_chat import (
     calls_from_openai_chat,
@@ -64,6 +69,9 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType(
             "anthropic", tools_to_anthropic, results_to_anthropic, calls_from_anthropic
         ),
         "gemini": Provider("gemini", tools_to_gemini, results_to_gemini, calls_from_gemini),
+        "langchain": Provider(
+            "langchain", tools_to_langchain, results_to_langchain, calls_from_langchain
+        ),
         "mcp": Provider("mcp", tools_to_mcp, results_to_mcp, None),
     }
 )
@@ -231,6 +239,8 @@ _NO_CALL_MESSAGE_KEYS = frozenset({"role", "refusal", "annotations", "audio"})
 
 
 def _message_format(payload: Mapping[str, Any]) -> str | None:
+    if _is_langchain_message(payload):
+        return "langchain"
     matched = {key: fmt for key, fmt in _MESSAGE_KEYS.items() if key in payload}
     formats = sorted(set(matched.values()))
     if len(formats) > 1:
@@ -261,6 +271,20 @@ def _message_format(payload: Mapping[str, Any]) -> str | None:
     )
 
 
+def _is_langchain_message(payload: Mapping[str, Any]) -> bool:
+    """An ``AIMessage``'s dump, or a message whose calls are LangChain's (``args``)."""
+    if payload.get("type") == "ai" and "tool_calls" in payload:
+        return True
+    calls = payload.get("tool_calls")
+    return (
+        isinstance(calls, list | tuple)
+        and bool(calls)
+        and all(
+            isinstance(c, Mapping) and ("args" in c or c.get("type") == "tool_call") for c in calls
+        )
+    )
+
+
 def _list_format(items: Sequence[Any]) -> str | None:
     first_seen: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -282,16 +306,46 @@ def _item_format(item: Any, index: int) -> str | None:
         return "anthropic"
     if kind in ("function_call", "custom_tool_call"):
         return "openai-responses"
-    if "function" in block:
-        return "openai"
+    if kind in ("tool_call", "invalid_tool_call"):
+        return "langchain"
+    if "function" in block or (kind == "custom" and "custom" in block):
+        return "openai"  # a custom (free-form) call is refused by its parser, by name
     if kind is None and ("functionCall" in block or "function_call" in block):
         return "gemini"  # a Part, in camelCase or snake_case
+    if kind is None and {"name", "args"} <= block.keys() and "arguments" not in block:
+        return "langchain"  # LangChain's ToolCall, whose ``type`` may be left out
     if kind is None and _CALL_LIKE_KEYS & block.keys():
         unknown = block.keys() - TOOLPOOL_CALL_KEYS
         if unknown:
             raise ValueError(f"item {index} {_not_a_toolpool_call(unknown)}")
         return "toolpool"
-    return None  # text, reasoning, a hosted tool's item: no call
+    if kind is None or kind in _NO_CALL_TYPES:
+        return None  # text, reasoning, a hosted tool's item: no call
+    # A type no format has: refused, as the same item inside a message is, never
+    # skipped (a call of a format toolpool does not read must not run nothing).
+    raise ValueError(
+        f"item {index} has type {kind!r}, which matches no call format "
+        f"({', '.join(CALL_FORMATS)}) and is no known text or hosted-tool item"
+    )
+
+
+# The item types of the formats' lists that hold no call toolpool runs: content
+# blocks, Responses output items, hosted tools' calls and results, LangChain blocks.
+_NO_CALL_TYPES = frozenset(
+    {
+        "text", "thinking", "redacted_thinking", "image", "document", "search_result",
+        "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+        "code_execution_tool_result", "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
+        "container_upload", "tool_result", "message", "reasoning", "output_text",
+        "input_text", "refusal", "web_search_call", "file_search_call", "computer_call",
+        "image_generation_call", "code_interpreter_call", "local_shell_call", "shell_call",
+        "apply_patch_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
+        "compaction", "function_call_output", "custom_tool_call_output",
+        "server_tool_call", "server_tool_result", "file", "audio", "video",
+        "text-plain", "non_standard", "citation",
+    }
+)  # fmt: skip
 
 
 # An item without a ``type`` that has one of these keys is meant as a call in
