@@ -12,7 +12,7 @@ from typing import Any
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode, ToolCall, ToolResult
-from toolpool.tool import to_content
+from toolpool.tool import ToolOutput, to_content
 
 CANCELLED_MESSAGE = "Tool execution cancelled."
 SKIPPED_MESSAGE = "Skipped due to queued user message."
@@ -71,7 +71,10 @@ def never_started_result(
 
 
 def result_from_output(call: ToolCall, output: Any) -> ToolResult:
-    """A successful execution's result."""
+    """A successful execution's result (a ``ToolOutput``'s details its details)."""
+    if isinstance(output, ToolOutput):
+        content = to_content(output.content)
+        return ToolResult(call.id, call.name, content, details=dict(output.details))
     return ToolResult(call_id=call.id, tool_name=call.name, content=to_content(output))
 
 

@@ -158,6 +158,7 @@ class Session:
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
             limits=self.call_limits,
+            tool_profile=self.tool_profile,
         )
         if progress is not None:
             ctx.progress = progress
