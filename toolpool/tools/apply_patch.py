@@ -14,6 +14,8 @@ register, as ``write`` over an existing file is (SPEC F3):
   that what goes is what the model saw (a file the user changed meanwhile is never
   deleted unseen).
 
+A refusal of that guard names the read that lifts it (SPEC F14).
+
 All or none, across files. Every file is planned in memory first, against the file
 as it is now: the operations in patch order, each seeing what the ones before it
 left (an Add then an Update of one path works). Nothing is written unless all of it
@@ -52,7 +54,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
-from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, Freshness, content_hash
+from toolpool.file_reads import (
+    CODE_NOT_READ,
+    CODE_STALE,
+    Freshness,
+    content_hash,
+    read_first,
+    unread_details,
+    unread_part,
+)
 from toolpool.preflight import cut_note
 from toolpool.tool import Arguments, Preview, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
@@ -68,7 +78,7 @@ from toolpool.tools.patch_grammar import (
     operation_name,
     parse_patch,
 )
-from toolpool.tools.paths import Access, Resolved, display, open_path
+from toolpool.tools.paths import Access, Resolved, argument_path, display, open_path
 from toolpool.tools.read import read_snapshot
 from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
 from toolpool.tools.suggest import missing_file_message
@@ -410,11 +420,18 @@ class _Plan:
                 ) from None
         else:
             match self.ctx.files.freshness(file.target.path, file.target.seen_at()):
-                case Freshness.NEVER_READ:
-                    raise _refused(f"{op} {file.shown}: it has not been read.{why}", CODE_NOT_READ)
-                case Freshness.PARTIAL:
-                    raise _refused(
-                        f"{op} {file.shown}: it was only partly read.{why}", CODE_NOT_READ
+                case Freshness.NEVER_READ | Freshness.PARTIAL:
+                    path = file.target.path
+                    unread = unread_details(argument_path(path, self.ctx), self.ctx.files.get(path))
+                    how = (
+                        f"it was only partly read{unread_part(unread)}"
+                        if unread["partly_read"]
+                        else "it has not been read"
+                    )
+                    fix = read_first(unread, self.ctx.tool_profile)
+                    raise ToolError(
+                        f"{op} {file.shown}: {how}.{why}{fix}",
+                        details={**unread, "validation_code": CODE_NOT_READ},
                     )
                 case Freshness.CHANGED:
                     raise _refused(
@@ -697,7 +714,8 @@ class ApplyPatchTool:
             with self._planned(args, ctx, contents=False):
                 return ValidationResult.passed()
         except ToolError as exc:
-            return ValidationResult.failed(exc.message, exc.details.get("validation_code", 1))
+            details = dict(exc.details)
+            return ValidationResult.failed(exc.message, details.pop("validation_code", 1), details)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> Preview:
         """The unified diff of every file the patch changes."""
