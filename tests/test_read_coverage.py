@@ -169,21 +169,46 @@ def test_F13_a_stamp_of_another_content_replaces_it_whole() -> None:
     assert held == newer and held.partial
 
 
-def test_F13_parts_stay_bounded_and_the_bound_only_forgets_never_invents() -> None:
-    # Given a file read one line at a time, 500 reads of a 500-line content
+def test_F13_parts_settle_at_each_turns_end_and_stay_bounded_within_one() -> None:
+    # Given a 500-line file read one line a turn: the register settles at each end
     register = FileReadRegister()
     for line in range(1, 501):
         part = Part(float(line), line, line, f"c{line}")
-        register.record("/w/f", FileReadStamp(float(line), 1, 9, "h", 500, (part,)))
-        held = register.get("/w/f")
-        assert held is not None and len(held.shown) <= MAX_PARTS
+        held = register.record("/w/f", FileReadStamp(float(line), 1, 9, "h", 500, (part,)))
         assert held.partial is (line < 500)
-    # And reads every other line never add up to a whole read, however many
+        register.settle()
+        # Then its parts are one union, whatever number of reads made it
+        settled = register.get("/w/f")
+        assert settled is not None and len(settled.shown) == 1
+        assert settled.partial is held.partial and not settled.shown[0].call_id
+    # And 500 reads of one line each within one turn keep at most MAX_PARTS parts:
+    # past it the smallest are dropped, so that they never add up to a whole read
+    register = FileReadRegister()
+    for line in range(1, 501):
+        part = Part(float(line), line, line, f"c{line}")
+        held = register.record("/w/g", FileReadStamp(float(line), 1, 9, "h", 500, (part,)))
+        assert held.partial and len(held.shown) <= MAX_PARTS
+    # Nor do reads of every other line, settled or not
     register = FileReadRegister()
     for line in range(1, 1001, 2):
         part = Part(float(line), line, line, f"c{line}")
-        held = register.record("/w/g", FileReadStamp(float(line), 1, 9, "h", 1000, (part,)))
+        held = register.record("/w/h", FileReadStamp(float(line), 1, 9, "h", 1000, (part,)))
         assert held.partial and len(held.shown) <= MAX_PARTS
+        if line % 7 == 0:
+            register.settle()
+
+
+def test_F13_a_settled_part_is_never_taken_back_by_a_later_cut() -> None:
+    # Given a file read whole in one turn (settled), then read again in the next
+    register = FileReadRegister()
+    register.record("/w/f", FileReadStamp(1.0, 1, 9, "h", 10, (Part(1.0, 1, 10, "a"),)))
+    register.settle()
+    register.record("/w/f", FileReadStamp(2.0, 1, 9, "h", 10, (Part(2.0, 1, 10, "a"),)))
+    # When the second read (the same call id, as providers reuse them) is cut to 3 lines
+    assert not register.narrow("/w/f", call_id="a", since=1.5, kept=(1, 3))
+    # Then the file is still read whole: the first turn's lines stay shown
+    held = register.get("/w/f")
+    assert held is not None and not held.partial
 
 
 def test_F13_coverage_arithmetic() -> None:
@@ -284,9 +309,13 @@ async def test_F13_reads_in_other_turns_add_up_through_the_pipeline(
         (second,) = await coordinator.run_turn(
             session, [ToolCall("2", "read", {"path": "code.py", **rest})]
         )
-        # Then the second ends at the file's end, and the edit after them applies
+        # Then the second ends at the file's end; the turns' parts, settled at each
+        # turn's end, are one; and the edit after them applies
         assert second.details["lines_shown"] == [13, LINES]
         assert "next_offset" not in second.details
+        stamp = session.files.get(target)
+        assert stamp is not None and not stamp.partial
+        assert [(p.first, p.last, p.call_id) for p in stamp.shown] == [(1, None, "")]
         edit = {"path": "code.py", "old_string": "value_30", "new_string": "v"}
         (edited,) = await coordinator.run_turn(session, [ToolCall("3", "edit", edit)])
         assert not edited.is_error, edited.text

@@ -74,6 +74,8 @@ def literal(path: str) -> str:
     printable characters as they are, a quote and a backslash escaped, every other
     character (a newline, a control or bidi character, a byte that is not UTF-8) as
     a JSON escape (two UTF-16 halves above U+FFFF)."""
+    if path.isprintable() and '"' not in path and "\\" not in path:  # most paths
+        return f'"{path}"'
     return '"' + "".join(_json_escaped(c) for c in path) + '"'
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.call_forms import quote, read_arguments, read_call
-from toolpool.read_coverage import Part, combined, covers, missing, narrowed
+from toolpool.read_coverage import Part, combined, covers, missing, narrowed, settled
 from toolpool.tool import ValidationResult
 
 # F3's refusal codes (docs/spec.md): 2 never (or only partly) read, 3 changed since.
@@ -129,6 +129,7 @@ class FileReadRegister:
 
     def __init__(self) -> None:
         self._stamps: dict[str, FileReadStamp] = {}
+        self._unsettled: set[str] = set()  # keys whose stamps hold parts a cut may take back
         self._lock = threading.Lock()
 
     @staticmethod
@@ -145,7 +146,30 @@ class FileReadRegister:
         with self._lock:
             held = self._stamps.get(key)
             now = self._stamps[key] = stamp if held is None else held.merged(stamp)
+            if any(part.call_id for part in now.shown):
+                self._unsettled.add(key)
             return now
+
+    def settle(self) -> None:
+        """No cut can come any more for the reads recorded so far (their turn has
+        ended): the parts of each stamp they touched become their union (F13), so
+        that a file read every turn keeps one part, not one a turn."""
+        with self._lock:
+            for key in self._unsettled:
+                stamp = self._stamps.get(key)
+                if stamp is None:
+                    continue
+                # Shown whole (the usual case): one part says so; else their union.
+                parts = (Part(stamp.read_at, 1, None, ""),) if not stamp.partial else None
+                self._stamps[key] = FileReadStamp(
+                    stamp.read_at,
+                    stamp.mtime_ns,
+                    stamp.size,
+                    stamp.content_hash,
+                    stamp.lines,
+                    parts or settled(stamp.shown),
+                )
+            self._unsettled.clear()
 
     def get(self, path: str | os.PathLike[str]) -> FileReadStamp | None:
         with self._lock:
@@ -154,6 +178,7 @@ class FileReadRegister:
     def forget(self, path: str | os.PathLike[str]) -> None:
         with self._lock:
             self._stamps.pop(self.key(path), None)
+            self._unsettled.discard(self.key(path))
 
     def narrow(
         self,
@@ -254,8 +279,8 @@ class RecordingRegister(FileReadRegister):
 
     def __init__(self, stamps: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         super().__init__()
-        for path, stamp in (stamps or {}).items():
-            super().record(path, FileReadStamp.from_dict(stamp))
+        for path, stamp in (stamps or {}).items():  # the register is empty: nothing to merge
+            self._stamps[self.key(path)] = FileReadStamp.from_dict(stamp)
         self.changes: dict[str, FileReadStamp | None] = {}
 
     def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> FileReadStamp:

@@ -12,9 +12,11 @@ Each part keeps the call that showed it and when, because a part can be taken ba
 a read whose result the turn's output budget cut (SPEC L4) showed fewer lines than
 it recorded, and only that call's part shrinks — another read's lines stay shown.
 
-The parts of a content are bounded: past ``MAX_PARTS`` the oldest are folded into
-their union, untagged (no cut takes back a folded part: a cut comes right after its
-call, whose part is among the newest).
+Once a turn has ended no cut can come for its calls, and the register *settles*
+(``settled``): the parts of each content it touched become their union, untagged. A
+file read whole every turn keeps one part, not one a turn. Within one turn the parts
+of a content are bounded too (``MAX_PARTS``): past it, the tagged parts that show
+fewest lines are dropped, which can only make a file partly read.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_PARTS = 64
-_KEPT_TAGGED = MAX_PARTS // 2  # the newest parts a fold leaves as they are
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +70,15 @@ def intervals(parts: Iterable[Part]) -> list[tuple[int, int]]:
 
 def covers(parts: Sequence[Part], lines: int) -> bool:
     """Whether ``parts`` show the whole content, of ``lines`` lines (0: not counted)."""
-    if any(p.whole for p in parts):
-        return True
+    if len(parts) == 1:  # the usual stamp: one read (every stamp is made through here)
+        last = parts[0].last
+        return last is None or (lines > 0 and parts[0].first <= 1 and last >= lines)
+    for part in parts:  # one part that shows it all: the usual stamp of a file read whole
+        last = part.last
+        if last is None or (lines > 0 and part.first <= 1 and last >= lines):
+            return True
     if lines <= 0 or not parts:
         return False
-    if len(parts) == 1:  # the usual stamp: one read
-        return parts[0].first <= 1 and (parts[0].last or 0) >= lines
     merged = intervals(parts)
     return merged[0][0] <= 1 and merged[0][1] >= lines
 
@@ -97,12 +101,42 @@ def missing(parts: Sequence[Part], lines: int) -> list[tuple[int, int]]:
 
 
 def combined(old: Sequence[Part], new: Sequence[Part]) -> tuple[Part, ...]:
-    """The parts of two stamps of one content, each once, oldest first, bounded."""
+    """The parts of two stamps of one content, each once, oldest first, bounded: past
+    ``MAX_PARTS`` the settled parts are joined into their union (exact: no cut takes
+    them back), then the tagged parts that show fewest lines are dropped (a part
+    forgotten only makes a file partly read: never the other way)."""
+    if len(new) > len(old) and tuple(new[: len(old)]) == tuple(old) and len(new) <= MAX_PARTS:
+        return tuple(new)  # what a worker sends back: the parts it was given, and its own
+    if len(new) == 1:  # one read's part: the usual merge
+        part = new[0]
+        if part in old:  # applied twice (a worker's, then the session's)
+            return tuple(old)
+        if len(old) < MAX_PARTS and (not old or old[-1].order() <= part.order()):
+            return (*old, part)
     seen = set(old)
     parts = sorted([*old, *(p for p in new if p not in seen)], key=Part.order)
     if len(parts) <= MAX_PARTS:
         return tuple(parts)
-    return _folded(parts)
+    tagged = [p for p in parts if p.call_id]
+    parts = [*settled([p for p in parts if not p.call_id]), *tagged]
+    if len(parts) > MAX_PARTS:
+        drop = sorted(tagged, key=_shown_lines)[: len(parts) - MAX_PARTS]
+        parts = [p for p in parts if p not in drop]
+    return tuple(sorted(parts, key=Part.order))
+
+
+def settled(parts: Sequence[Part]) -> tuple[Part, ...]:
+    """``parts`` as their union, untagged: what they show once no cut can take any of
+    them back (their calls have ended: the register settles at each turn's end)."""
+    if len(parts) == 1:
+        part = parts[0]
+        return (Part(part.read_at, part.first, part.last, ""),)
+    if not parts:
+        return ()
+    at = max(p.read_at for p in parts)
+    if any(p.whole for p in parts):
+        return (Part(at, 1, None, ""),)
+    return tuple(Part(at, first, last, "") for first, last in intervals(parts))
 
 
 def narrowed(
@@ -125,18 +159,5 @@ def narrowed(
     return tuple(out), changed
 
 
-def _folded(parts: list[Part]) -> tuple[Part, ...]:
-    """The oldest parts as their union (untagged), the newest ``_KEPT_TAGGED`` as
-    they are; still over MAX_PARTS, the smallest intervals go (a part forgotten
-    only makes a file partly read: never the other way)."""
-    old, new = parts[:-_KEPT_TAGGED], parts[-_KEPT_TAGGED:]
-    at = old[-1].read_at
-    if any(p.whole for p in old):
-        folded = [Part(at, 1, None, "")]
-    else:
-        spans = intervals(old)
-        if len(spans) > MAX_PARTS - _KEPT_TAGGED:
-            spans = sorted(spans, key=lambda s: s[1] - s[0], reverse=True)
-            spans = sorted(spans[: MAX_PARTS - _KEPT_TAGGED])
-        folded = [Part(at, first, last, "") for first, last in spans]
-    return tuple(sorted([*folded, *new], key=Part.order))
+def _shown_lines(part: Part) -> float:
+    return float("inf") if part.last is None else part.last - part.first + 1

@@ -31,7 +31,8 @@ from toolpool.models import TextBlock, ToolResult
 @dataclass(frozen=True, slots=True)
 class LineCut:
     """Of lines ``first``–``last`` (of ``total``) a read showed, those up to
-    ``kept_last`` fit (``first - 1``: none); ``path`` as a call names the file."""
+    ``kept_last`` fit (``first - 1``: none), and end at ``head_end`` in its text;
+    ``path`` as a call names the file."""
 
     path: str
     first: int
@@ -39,6 +40,7 @@ class LineCut:
     total: int
     kept_last: int
     profile: str
+    head_end: int = 0
 
     @property
     def name(self) -> str:
@@ -63,24 +65,27 @@ def plan(result: ToolResult, share: OutputShare, profile: str) -> LineCut | None
     if not isinstance(block, TextBlock):
         return None
     first, last, total = numbers
-    count = last - first + 1
     text = block.text
-    # The numbered lines end where the count'th line does (a note may follow).
-    end = -1
-    for _ in range(count):
-        end = text.find("\n", end + 1)
-        if end == -1:
-            end = len(text)
-            break
-    if text.count("\n", 0, end) != count - 1:
-        return None  # fewer lines than it says: not a read's text
-    whole = LineCut(path, first, last, total, last, profile)
+    # Every numbered line starts with its number, so no two newlines meet among
+    # them: a blank line is where read's own note begins, if anywhere.
+    end = text.find("\n\n")
+    end = len(text) if end == -1 else end
+    last_start = text.rfind("\n", 0, end) + 1
+    if (
+        text.count("\n", 0, end) != last - first
+        or not text.startswith(f"{first:>6}\t")
+        or not text.startswith(f"{last:>6}\t", last_start)
+    ):
+        return None  # not the lines it says: not a read's text
+    whole = LineCut(path, first, last, total, last, profile, end)
     if end + 2 + len(note(whole, share, [whole.name])) <= share.chars:
         return whole  # every line fits: only the read's own note did not
     room = share.chars - _widest_note(whole, share) - 2
-    stop = text.rfind("\n", 0, max(room, 0) + 1) if room > 0 else -1
-    kept = 0 if stop <= 0 else text.count("\n", 0, stop) + 1
-    return LineCut(path, first, last, total, first + kept - 1, profile)
+    stop = text.rfind("\n", 0, room + 1) if room > 0 else -1
+    if stop <= 0:
+        return LineCut(path, first, last, total, first - 1, profile)
+    kept = text.count("\n", 0, stop) + 1
+    return LineCut(path, first, last, total, first + kept - 1, profile, stop)
 
 
 def cut(
@@ -89,16 +94,7 @@ def cut(
     """``result`` cut as ``line_cut`` planned, its note and details saying where it
     stopped; ``partly_read`` names the files that now count as partly read."""
     text = result.content[0].text if isinstance(result.content[0], TextBlock) else ""
-    kept_count = line_cut.kept_last - line_cut.first + 1
-    head = ""
-    if kept_count > 0:
-        end = -1
-        for _ in range(kept_count):
-            end = text.find("\n", end + 1)
-            if end == -1:
-                end = len(text)
-                break
-        head = text[:end] + "\n\n"
+    head = text[: line_cut.head_end] + "\n\n" if line_cut.kept is not None else ""
     message = note(line_cut, share, list(partly_read))
     details: dict[str, Any] = {
         **result.details,
@@ -106,7 +102,7 @@ def cut(
             "share": share.chars,
             "turn_output_chars": share.turn_output_chars,
             "total_chars": len(text),
-            "kept_chars": len(head.rstrip("\n")),
+            "kept_chars": line_cut.head_end if line_cut.kept is not None else 0,
             "spill_file": None,
             "partly_read": list(partly_read),
         },
@@ -150,7 +146,7 @@ def _widest_note(whole: LineCut, share: OutputShare) -> int:
     """The most characters the note can take when the cut keeps a line: its numbers
     (the last line kept, the offset and limit of the rest) are each at most as long
     as ``total`` written out. (Keeping none, it is the note alone.)"""
-    one = dataclasses.replace(whole, kept_last=whole.first)
+    one = dataclasses.replace(whole, kept_last=whole.first, head_end=0)
     return len(note(one, share, [whole.name])) + 3 * len(str(whole.total))
 
 

@@ -440,7 +440,7 @@ def real_workspace(ctx: ToolContext) -> Path:
 def display(path: PurePath, ctx: ToolContext) -> str:
     """How a tool message names ``path`` (a real path, as resolution gives it):
     workspace-relative inside it, absolute outside (SPEC E4), quoted when needed."""
-    return display_in(path, real_workspace(ctx))
+    return quote(argument_path(path, ctx))
 
 
 def argument_path(path: PurePath, ctx: ToolContext) -> str:

@@ -10,13 +10,13 @@ import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
-from toolpool.call_forms import read_call
+from toolpool.call_forms import quote, read_call
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
 from toolpool.tool import Arguments, ToolContext, ToolOutput, image_block
 from toolpool.tools import notebook
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, Resolved, argument_path, display, open_path, resolve
+from toolpool.tools.paths import Access, Resolved, argument_path, open_path, resolve
 from toolpool.tools.pdf import is_pdf, pdf_text
 from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.stamps import check_regular as check_regular  # re-exported
@@ -106,7 +106,8 @@ class ReadTool(ReadingTool):
     def execute_content(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock] | ToolOutput:
         with open_path(args["path"], ctx, Access.READ) as target:
             path = target.path
-            shown = display(path, ctx)
+            argument = argument_path(path, ctx)
+            shown = quote(argument)
             try:
                 st = target.lstat()
                 if stat.S_ISDIR(st.st_mode):
@@ -124,7 +125,7 @@ class ReadTool(ReadingTool):
                 raise ToolError(f"Permission denied: {shown} cannot be read.") from None
             except OSError as exc:
                 raise ToolError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
-        return _file(path, shown, snapshot, args, ctx)
+        return _file(path, argument, snapshot, args, ctx)
 
 
 def _directory(target: Resolved, shown: str, ctx: ToolContext) -> str:
@@ -138,8 +139,11 @@ def _directory(target: Resolved, shown: str, ctx: ToolContext) -> str:
 
 
 def _file(
-    path: Path, shown: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
+    path: Path, argument: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
 ) -> list[ContentBlock] | ToolOutput:
+    """``path``'s content as read shows it; ``argument``: the path as a call names it
+    (quoted in messages when it must be, SPEC E4)."""
+    shown = quote(argument)
     data = snapshot.data
     special = _notebook_or_pdf(path, shown, snapshot, args, ctx)
     if special is not None:
@@ -167,7 +171,7 @@ def _file(
     lines = split_lines(data.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace"))
     if not lines:
         record(ctx, path, snapshot, partial=False)
-        details = {"path": argument_path(path, ctx), "total_lines": 0}
+        details = {"path": argument, "total_lines": 0}
         return ToolOutput([TextBlock(f"{shown} is empty.")], details)
     offset = args.get("offset", 1)
     limit = args.get("limit", DEFAULT_LIMIT)
@@ -183,7 +187,6 @@ def _file(
     numbered = "\n".join(
         [f"{number:>6}\t{line}" for number, line in enumerate(shown_lines, start=offset)]
     )
-    argument = argument_path(path, ctx)
     details = lines_details(argument, offset, end, total)
     if offset == 1 and end == total:
         return ToolOutput([TextBlock(numbered)], details)
@@ -197,9 +200,8 @@ def _file(
 
 def lines_details(path: str, first: int, last: int, total: int) -> dict[str, Any]:
     """A text read's details (SPEC F2): ``path`` (as a call's argument names it: E4's
-    form, unquoted),
-    ``lines_shown`` (1-based, inclusive), ``next_offset`` unless the last line is the
-    file's, ``total_lines``."""
+    form, unquoted), ``lines_shown`` (1-based, inclusive), ``next_offset`` unless the
+    last line is the file's, ``total_lines``."""
     details: dict[str, Any] = {"path": path, "lines_shown": [first, last], "total_lines": total}
     if last < total:
         details["next_offset"] = last + 1
