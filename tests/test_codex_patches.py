@@ -237,3 +237,48 @@ async def test_F12_the_register_after_a_codex_patch(pooled: Coordinator, workspa
     again = patch("*** Update File: x.txt", "@@", "-new", "+newer")
     (updated,) = await pooled.run_turn(session, [patch_call("shell-argv", again)])
     assert not updated.is_error and (workspace / "x.txt").read_text() == "newer\n"
+
+
+@pytest.mark.spec("F11", "X4")
+@pytest.mark.parametrize("shape", ["apply_patch", "shell-argv"])
+async def test_F11_without_the_guard_a_codex_patch_is_still_confined(
+    pooled: Coordinator, workspace: Path, tmp_path: Path, shape: str
+) -> None:
+    # Given a file outside the workspace, a symlink to it inside, and a codex session
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours\n")
+    (workspace / "link.txt").symlink_to(outside)
+    session = pooled.open_session(workspace, tool_profile="codex", max_tool_errors=0)
+    attempts = [
+        patch("*** Delete File: ../outside.txt"),
+        patch("*** Delete File: link.txt"),
+        patch("*** Add File: link.txt", "+mine"),
+        patch(f"*** Add File: {outside}", "+mine"),
+        patch(
+            "*** Add File: in.txt",
+            "+x",
+            "*** Update File: in.txt",
+            "*** Move to: ../o2.txt",
+            "@@",
+            "-x",
+            "+y",
+        ),
+        patch(
+            "*** Add File: in.txt",
+            "+x",
+            "*** Update File: in.txt",
+            "*** Move to: link.txt",
+            "@@",
+            "-x",
+            "+y",
+        ),
+    ]
+    for index, text in enumerate(attempts):
+        (refused,) = await pooled.run_turn(session, [patch_call(shape, text, f"p{index}")])
+        # Then each is refused (paths are judged before any read rule), and nothing
+        # outside, nor the link, changed
+        assert refused.is_error, text
+        assert "Access denied" in refused.text or "outside" in refused.text, refused.text
+    assert outside.read_text() == "not yours\n"
+    assert (workspace / "link.txt").is_symlink() and not (tmp_path / "o2.txt").exists()
+    assert not (workspace / "in.txt").exists()
