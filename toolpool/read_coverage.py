@@ -22,16 +22,15 @@ fewest lines are dropped, which can only make a file partly read.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_PARTS = 64
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
+class Part(NamedTuple):
     """Lines ``first``–``last`` of a content shown by call ``call_id`` at ``read_at``;
-    ``last`` None: the whole content."""
+    ``last`` None: the whole content. (A tuple: made, compared and hashed on every
+    read's way, as cheaply as Python makes anything.)"""
 
     read_at: float
     first: int
@@ -79,6 +78,10 @@ def covers(parts: Sequence[Part], lines: int) -> bool:
             return True
     if lines <= 0 or not parts:
         return False
+    if len(parts) == 2:  # what the held parts and one more read make: no sort needed
+        a, b = parts if parts[0].first <= parts[1].first else (parts[1], parts[0])
+        a_last, b_last = a.last or 0, b.last or 0  # never None here: no whole part
+        return a.first <= 1 and b.first <= a_last + 1 and max(a_last, b_last) >= lines
     merged = intervals(parts)
     return merged[0][0] <= 1 and merged[0][1] >= lines
 
