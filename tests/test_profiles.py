@@ -100,11 +100,12 @@ def test_F12_a_claude_code_session_from_its_own_tool_use_blocks(
 
     # Then the refusals read as Claude Code's, the results as toolpool's
     assert results["toolu_01"].is_error
-    assert results["toolu_01"].text == NOT_READ
+    not_read = f'{NOT_READ}\n\nRead it with Read(file_path="src/calc.py").'
+    assert results["toolu_01"].text == not_read
     assert messages[0]["content"][0] == {
         "type": "tool_result",
         "tool_use_id": "toolu_01",
-        "content": [{"type": "text", "text": NOT_READ}],
+        "content": [{"type": "text", "text": not_read}],
         "is_error": True,
     }
     assert "src/calc.py:1:def add(a, b):" in results["toolu_02"].text
@@ -320,12 +321,6 @@ def test_F12_the_shells_command_line_and_codex_result() -> None:
 @pytest.mark.parametrize(
     ("toolpool_says", "claude_code_says"),
     [
-        ("File src/a.py has not been read yet. Read it first before writing to it.", NOT_READ),
-        ("File src/a.py has not been read. Read the whole file first before writing to it.",
-         NOT_READ),
-        ("File a.py was only partly read (offset/limit). Read the whole file before writing to it.",
-         f"{NOT_READ}\n\nFile a.py was only partly read (offset/limit). Read the whole file "
-         "before writing to it."),
         ("File a.py has been modified since it was read, either by the user or by a linter. "
          "Read it again before writing to it.", MODIFIED_READ_AGAIN),
         ("File a.py has been modified since it was read, either by the user or by a linter.\n\n"

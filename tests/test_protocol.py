@@ -264,6 +264,7 @@ def test_the_call_context_is_a_map_on_the_wire() -> None:
         "workspace_overlay": False,
         "workspace_view": "",
         "scratch_dir": None,
+        "tool_profile": "toolpool",
     }
     # A peer that leaves out the optional fields is read with their defaults.
     minimal = {"t": "execute", "call_id": "c", "tool": "t", "arguments": {}, "limits": {}}

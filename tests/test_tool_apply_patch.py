@@ -475,7 +475,8 @@ def test_F3_what_a_patch_does_not_show_needs_a_whole_fresh_read(
     assert "the patch does not show what is lost" in verdict.message
     with pytest.raises(ToolError, match="has not been read") as caught:
         apply_patch_tool.execute(args, ctx)
-    assert caught.value.details == {"validation_code": CODE_NOT_READ}
+    assert caught.value.details["validation_code"] == CODE_NOT_READ
+    assert caught.value.details["read_first"] == {"path": "t.txt"}
     # When it was read, then changed: code 3
     read_whole(ctx, "t.txt")
     path.write_text("precious, edited by the user\n")

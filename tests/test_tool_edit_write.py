@@ -277,7 +277,21 @@ def test_F3_partial_read_then_edit_is_refused_with_code_2(
     # And so does execute, if called without validate
     with pytest.raises(ToolError, match=r"was only partly read") as caught:
         edit_tool.execute(args, ctx)
-    assert caught.value.details == {"validation_code": CODE_NOT_READ}
+    assert caught.value.details == {
+        "validation_code": CODE_NOT_READ,
+        "partly_read": True,
+        "read_first": {"path": "long.txt", "offset": 3, "limit": 1},
+        "missing_lines": [[3, 3]],
+        "total_lines": 3,
+    }
+    assert (
+        caught.value.message
+        == verdict.message
+        == (
+            "File long.txt was only partly read: line 3 of its 3 lines was never shown. "
+            'Read it first: read(path="long.txt", offset=3, limit=1).'
+        )
+    )
     assert (workspace / "long.txt").read_text() == "a\nb\nc\n"
 
 
@@ -333,7 +347,11 @@ def test_F3_a_file_that_appears_between_validate_and_execute_is_not_overwritten(
     (workspace / "new.txt").write_text("someone else's\n")
     with pytest.raises(ToolError, match=r"has not been read") as caught:
         write_tool.execute(args, ctx)
-    assert caught.value.details == {"validation_code": CODE_NOT_READ}
+    assert caught.value.details == {
+        "validation_code": CODE_NOT_READ,
+        "partly_read": False,
+        "read_first": {"path": "new.txt"},
+    }
     assert (workspace / "new.txt").read_text() == "someone else's\n"
 
 

@@ -187,7 +187,8 @@ def test_F3_a_file_not_read_is_refused_with_code_2(workspace: Path, ctx: ToolCon
     assert (verdict.ok, verdict.code) == (False, CODE_NOT_READ)
     with pytest.raises(ToolError, match=r"has not been read") as caught:
         multi_edit_tool.execute(args, ctx)
-    assert caught.value.details == {"validation_code": CODE_NOT_READ}
+    assert caught.value.details["validation_code"] == CODE_NOT_READ
+    assert caught.value.details["read_first"] == {"path": "a.txt"}
     assert (workspace / "a.txt").read_text() == "x\n"
 
 

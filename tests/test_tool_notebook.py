@@ -17,7 +17,7 @@ from nbformat import v4
 
 from toolpool import Client, ImageBlock, TextBlock, ToolCall, ToolError
 from toolpool.file_reads import CODE_NOT_READ, CODE_STALE
-from toolpool.tool import ToolContext
+from toolpool.tool import ToolContext, ToolOutput
 from toolpool.tools import notebook_edit_tool, read_tool
 
 from .daemon_support import Daemon, running_daemon
@@ -69,7 +69,8 @@ def make_notebook(path: Path, *, minor: int = 5) -> list[str]:
 
 
 def read_nb(ctx: ToolContext, path: str) -> list[Any]:
-    return list(read_tool.execute_content({"path": path}, ctx))
+    output = read_tool.execute_content({"path": path}, ctx)
+    return list(output.content if isinstance(output, ToolOutput) else output)
 
 
 def nb_edit(ctx: ToolContext, **args: Any) -> str:

@@ -359,31 +359,42 @@ async def test_L4_in_workers_output_bytes_still_caps_each_call(
     pooled: Coordinator, workspace: Path
 ) -> None:
     # Given the daemon's executor (worker processes), output_bytes = 100,000 and a
-    # share of 30,000 characters: a read over output_bytes, one only over its share
+    # share of 20,000 characters: a read over output_bytes, a read and a search only
+    # over their share
     (workspace / "huge.txt").write_text("".join(f"{'h' * 60}\n" for _ in range(2_000)))
     (workspace / "mid.txt").write_text("".join(f"mid {i:05d} {'m' * 40}\n" for i in range(1_000)))
     session = pooled.open_session(workspace, limits={"output_bytes": 100_000})
-    huge, mid = await pooled.run_turn(
-        session, [call("1", "read", path="huge.txt"), call("2", "read", path="mid.txt")]
+    huge, mid, found = await pooled.run_turn(
+        session,
+        [
+            call("1", "read", path="huge.txt"),
+            call("2", "read", path="mid.txt"),
+            call("3", "grep", pattern="mid", path="mid.txt", output_mode="content"),
+        ],
     )
     # Then the first is the per-call limit's error, as before, and not cut
     assert huge.error_code is ErrorCode.LIMIT_EXCEEDED
     assert "more than the output limit of 100000 bytes" in huge.text
     assert "output_cut" not in huge.details
-    # And the second is cut to its share, a partial read, its spill file readable by
-    # the session's read tool running in a worker
+    # And the read is cut to its share, its first lines (a partial read: its stamp,
+    # recorded in a worker, narrowed to them)
     assert not mid.is_error
-    assert text_chars(mid) <= 30_000
+    assert text_chars(mid) <= 20_000
     assert mid.details["output_cut"]["partly_read"] == ["mid.txt"]
+    kept = mid.details["lines_shown"][1]
+    assert mid.text.startswith("     1\tmid 00000 ")
+    assert f"{kept:>6}\tmid {kept - 1:05d}" in mid.text
+    # And the search's spill file is readable by the session's read tool in a worker
     (spilled,) = await pooled.run_turn(
-        session, [call("3", "read", path=str(spill_of(mid)), offset=900, limit=1)]
+        session, [call("4", "read", path=str(spill_of(found)), offset=240, limit=1)]
     )
     assert not spilled.is_error, spilled.text
-    assert f"mid {899:05d}" in spilled.text
+    assert f"mid {239:05d}" in spilled.text and f"mid {239:05d}" not in found.text
     (refused,) = await pooled.run_turn(
-        session, [call("4", "edit", path="mid.txt", old_string="mid 00000", new_string="m")]
+        session, [call("5", "edit", path="mid.txt", old_string="mid 00000", new_string="m")]
     )
     assert refused.details["validation_code"] == CODE_NOT_READ
+    assert refused.details["missing_lines"] == [[kept + 1, 1_000]]
 
 
 @pytest.mark.spec("L4")

@@ -11,6 +11,7 @@ from typing import Any
 
 from toolpool import FileReadRegister, TextBlock, ToolContext
 from toolpool.cancel import CancelToken
+from toolpool.tool import ToolOutput
 from toolpool.tools import read_tool
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -40,7 +41,9 @@ def tool_context(
 
 
 def text(output: Any) -> str:
-    """The text of what a tool returned: a string, or content blocks."""
+    """The text of what a tool returned: a string, or content blocks (with details)."""
+    if isinstance(output, ToolOutput):
+        output = output.content
     if isinstance(output, str):
         return output
     return "\n".join(b.text for b in output if isinstance(b, TextBlock))

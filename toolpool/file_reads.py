@@ -1,23 +1,30 @@
-"""The session's file-read register (SPEC F2) and the read-before-write check (F3).
+"""The session's file-read register (SPEC F2, F13) and the read-before-write check (F3).
 
 ``read`` records a stamp for every file it reads; ``edit`` and ``write`` ask the
 register whether the file was read in full and has not changed since. One register
 per session, shared by read, edit and write.
+
+A stamp names one content of the file (its hash) and which parts of it the session
+was shown (``read_coverage.py``): the reads of one content add up, and a file whose
+lines were all shown, in one read or in several, is read whole. Recording a stamp of
+the same content as the one held adds its parts; a stamp of another content (the
+file changed) replaces it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from toolpool.call_forms import quote, read_arguments, read_call
+from toolpool.read_coverage import Part, combined, covers, missing, narrowed, settled
 from toolpool.tool import ValidationResult
 
 # F3's refusal codes (docs/spec.md): 2 never (or only partly) read, 3 changed since.
@@ -40,19 +47,51 @@ def content_hash(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FileReadStamp:
-    """What the session knew of a file when it read it (F2)."""
+    """What the session knew of a file (F2): the stat and hash of one content of it,
+    when it was last read, how many lines ``read`` numbers in it (``lines``; 0 when
+    no text read counted them) and the parts of it the session was shown
+    (``shown``). ``partial``: those parts do not make the whole content."""
 
     read_at: float
     mtime_ns: int
     size: int
     content_hash: str
-    partial: bool
+    lines: int = 0
+    shown: tuple[Part, ...] = ()
+    partial: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "partial", not covers(self.shown, self.lines))
 
     @classmethod
-    def of(cls, path: str | os.PathLike[str], data: bytes, *, partial: bool) -> FileReadStamp:
-        """Stamp ``path`` whose full content is ``data``, read just now."""
+    def of(
+        cls, path: str | os.PathLike[str], data: bytes, *, partial: bool, call_id: str = ""
+    ) -> FileReadStamp:
+        """Stamp ``path`` whose full content is ``data``, read just now: shown whole,
+        or (``partial``) in a part that counts no line."""
         st = os.stat(path)
-        return cls(time.time(), st.st_mtime_ns, st.st_size, content_hash(data), partial)
+        now = time.time()
+        shown = () if partial else (Part(now, 1, None, call_id),)
+        return cls(now, st.st_mtime_ns, st.st_size, content_hash(data), shown=shown)
+
+    def missing_lines(self) -> list[tuple[int, int]]:
+        """The lines of this content no read showed (none when it is whole, or when
+        its lines were never counted)."""
+        return missing(self.shown, self.lines)
+
+    def merged(self, newer: FileReadStamp) -> FileReadStamp:
+        """``newer`` with what this stamp knows added, when both name one content (a
+        read of other lines of it); ``newer`` alone otherwise (the file changed)."""
+        if newer.content_hash != self.content_hash:
+            return newer
+        return FileReadStamp(
+            newer.read_at,
+            newer.mtime_ns,
+            newer.size,
+            newer.content_hash,
+            newer.lines or self.lines,
+            combined(self.shown, newer.shown),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,7 +99,8 @@ class FileReadStamp:
             "mtime_ns": self.mtime_ns,
             "size": self.size,
             "content_hash": self.content_hash,
-            "partial": self.partial,
+            "lines": self.lines,
+            "shown": [part.to_list() for part in self.shown],
         }
 
     @classmethod
@@ -70,7 +110,8 @@ class FileReadStamp:
             mtime_ns=int(data["mtime_ns"]),
             size=int(data["size"]),
             content_hash=str(data["content_hash"]),
-            partial=bool(data["partial"]),
+            lines=int(data.get("lines", 0)),
+            shown=tuple(Part.from_list(part) for part in data.get("shown", ())),
         )
 
 
@@ -88,6 +129,7 @@ class FileReadRegister:
 
     def __init__(self) -> None:
         self._stamps: dict[str, FileReadStamp] = {}
+        self._unsettled: set[str] = set()  # keys whose stamps hold parts a cut may take back
         self._lock = threading.Lock()
 
     @staticmethod
@@ -97,9 +139,37 @@ class FileReadRegister:
         except OSError:  # a link swapped mid-way (EINVAL from readlink): as spelled
             return os.path.abspath(path)
 
-    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> None:
+    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> FileReadStamp:
+        """Hold ``stamp`` for ``path``, with the parts already held of the same
+        content added (F13); the stamp now held."""
+        key = self.key(path)
         with self._lock:
-            self._stamps[self.key(path)] = stamp
+            held = self._stamps.get(key)
+            now = self._stamps[key] = stamp if held is None else held.merged(stamp)
+            if any(part.call_id for part in now.shown):
+                self._unsettled.add(key)
+            return now
+
+    def settle(self) -> None:
+        """No cut can come any more for the reads recorded so far (their turn has
+        ended): the parts of each stamp they touched become their union (F13), so
+        that a file read every turn keeps one part, not one a turn."""
+        with self._lock:
+            for key in self._unsettled:
+                stamp = self._stamps.get(key)
+                if stamp is None:
+                    continue
+                # Shown whole (the usual case): one part says so; else their union.
+                parts = (Part(stamp.read_at, 1, None, ""),) if not stamp.partial else None
+                self._stamps[key] = FileReadStamp(
+                    stamp.read_at,
+                    stamp.mtime_ns,
+                    stamp.size,
+                    stamp.content_hash,
+                    stamp.lines,
+                    parts or settled(stamp.shown),
+                )
+            self._unsettled.clear()
 
     def get(self, path: str | os.PathLike[str]) -> FileReadStamp | None:
         with self._lock:
@@ -108,16 +178,33 @@ class FileReadRegister:
     def forget(self, path: str | os.PathLike[str]) -> None:
         with self._lock:
             self._stamps.pop(self.key(path), None)
+            self._unsettled.discard(self.key(path))
 
-    def mark_partial(self, path: str | os.PathLike[str], *, since: float) -> bool:
-        """Make the stamp of ``path`` a partial one if it is whole and was recorded at
-        or after ``since`` (a read whose output the model got only part of: SPEC L4);
-        True when it did. An older stamp is another call's and stays."""
-        stamp = self.get(path)
-        if stamp is None or stamp.partial or stamp.read_at < since:
-            return False
-        self.record(path, dataclasses.replace(stamp, partial=True))
-        return True
+    def narrow(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        call_id: str,
+        since: float,
+        kept: tuple[int, int] | None = None,
+    ) -> bool:
+        """The read ``call_id`` made of ``path`` at or after ``since`` showed only the
+        lines ``kept`` (None: nothing of it counts), not what it recorded: its output
+        was cut (SPEC L4). Other reads' parts stay. True when the file now counts as
+        partly read because of it."""
+        key = self.key(path)
+        with self._lock:
+            stamp = self._stamps.get(key)
+            if stamp is None:
+                return False
+            shown, changed = narrowed(stamp.shown, call_id, since, kept)
+            if not changed:
+                return False
+            now = FileReadStamp(
+                stamp.read_at, stamp.mtime_ns, stamp.size, stamp.content_hash, stamp.lines, shown
+            )
+            self._stamps[key] = now
+            return now.partial and not stamp.partial
 
     def freshness(
         self, path: str | os.PathLike[str], at: str | os.PathLike[str] | None = None
@@ -149,13 +236,16 @@ class FileReadRegister:
         *,
         shown: Callable[[], str] | None = None,
         at: str | os.PathLike[str] | None = None,
+        profile: str = "toolpool",
     ) -> ValidationResult:
         """F3: the check edit and write run in ``validate``.
 
         A file that does not exist needs no read. Otherwise: never or partly read →
-        code 2; changed since → code 3; read and unchanged → passes. A refusal names
-        the file as ``shown()`` gives it (the tools give its workspace-relative form,
-        SPEC E4; called only for a refusal), else as ``path``.
+        code 2, naming the read that lifts it (F14) in ``profile``'s spelling;
+        changed since → code 3; read and unchanged → passes. A refusal names the
+        file as ``shown()`` gives it, as a call's argument names it (the tools give
+        its workspace-relative form, SPEC E4; called only for a refusal; quoted in
+        the message when it must be), else as ``path``.
         """
         if not os.path.lexists(path if at is None else at):
             return ValidationResult.passed()
@@ -163,22 +253,11 @@ class FileReadRegister:
         if freshness is Freshness.FRESH:
             return ValidationResult.passed()
         name = os.fspath(path) if shown is None else shown()
-        match freshness:
-            case Freshness.NEVER_READ:
-                return ValidationResult.failed(
-                    f"File {name} has not been read yet. Read it first before writing to it.",
-                    CODE_NOT_READ,
-                )
-            case Freshness.PARTIAL:
-                return ValidationResult.failed(
-                    f"File {name} was only partly read (offset/limit, or its output was cut). "
-                    "Read the whole file before writing to it.",
-                    CODE_NOT_READ,
-                )
-            case Freshness.CHANGED:
-                return ValidationResult.failed(
-                    f"{modified_since_read(name)} {READ_AGAIN}", CODE_STALE
-                )
+        if freshness is Freshness.CHANGED:
+            message = f"{modified_since_read(quote(name))} {READ_AGAIN}"
+            return ValidationResult.failed(message, CODE_STALE)
+        details = unread_details(name, self.get(path))
+        return ValidationResult.failed(not_read_message(details, profile), CODE_NOT_READ, details)
 
     def __iter__(self) -> Iterator[tuple[str, FileReadStamp]]:
         with self._lock:
@@ -200,13 +279,14 @@ class RecordingRegister(FileReadRegister):
 
     def __init__(self, stamps: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         super().__init__()
-        for path, stamp in (stamps or {}).items():
-            super().record(path, FileReadStamp.from_dict(stamp))
+        for path, stamp in (stamps or {}).items():  # the register is empty: nothing to merge
+            self._stamps[self.key(path)] = FileReadStamp.from_dict(stamp)
         self.changes: dict[str, FileReadStamp | None] = {}
 
-    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> None:
-        super().record(path, stamp)
-        self.changes[self.key(path)] = stamp
+    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> FileReadStamp:
+        now = super().record(path, stamp)
+        self.changes[self.key(path)] = now
+        return now
 
     def forget(self, path: str | os.PathLike[str]) -> None:
         super().forget(path)
@@ -225,3 +305,83 @@ def apply_changes(
             register.forget(path)
         else:
             register.record(path, FileReadStamp.from_dict(stamp))
+
+
+# --- F3's code-2 refusal, and the read that lifts it (F14) ------------------------------
+
+
+def unread_details(path: str, stamp: FileReadStamp | None) -> dict[str, Any]:
+    """What a code-2 refusal of the file ``path`` (as a call's argument names it:
+    workspace-relative, unquoted) tells programs: ``partly_read`` (false: never
+    read), ``read_first``, the one read that lifts it (its arguments in toolpool's
+    names: ``path``, and for a file whose lines were counted the ``offset`` — left
+    out when it is 1 — and ``limit`` from the first line never shown to the last),
+    and then ``missing_lines`` (their intervals, 1-based, inclusive) and
+    ``total_lines``."""
+    if stamp is None:
+        return {"partly_read": False, "read_first": {"path": path}}
+    gaps = stamp.missing_lines()
+    if not gaps:  # its lines were never counted (a PDF's pages, a cut notebook)
+        return {"partly_read": True, "read_first": {"path": path}}
+    first, last = gaps[0][0], gaps[-1][1]
+    fix: dict[str, Any] = {"path": path, "offset": first, "limit": last - first + 1}
+    if first == 1:
+        del fix["offset"]
+    return {
+        "partly_read": True,
+        "read_first": fix,
+        "missing_lines": [list(gap) for gap in gaps],
+        "total_lines": stamp.lines,
+    }
+
+
+def fix_call(details: Mapping[str, Any], profile: str) -> str | None:
+    """The read a code-2 refusal's details name, in ``profile``'s spelling; None when
+    they name none or the profile has no read tool."""
+    fix = details.get("read_first")
+    if not isinstance(fix, Mapping) or not isinstance(fix.get("path"), str):
+        return None
+    return read_call(profile, *read_arguments(fix))
+
+
+def not_read_message(details: Mapping[str, Any], profile: str = "toolpool") -> str:
+    """F3's code-2 refusal (of ``edit``, ``write`` and the tools sharing their guard)
+    worded from its details (``unread_details``): what was not read, and the read
+    that lifts it in ``profile``'s spelling (F14)."""
+    name = quote(str(details["read_first"]["path"]))
+    call = fix_call(details, profile)
+    if not details.get("partly_read"):
+        first = f"File {name} has not been read yet. Read it first before writing to it"
+        return f"{first}: {call}." if call else f"{first}."
+    return f"File {name} was only partly read{unread_part(details)}.{read_first(details, profile)}"
+
+
+def unread_part(details: Mapping[str, Any]) -> str:
+    """What of a partly read file was never shown, from a code-2 refusal's details:
+    a clause that follows "was only partly read"."""
+    gaps = details.get("missing_lines")
+    if not gaps:
+        return " (not every part of it was shown)"
+    one = len(gaps) == 1 and gaps[0][0] == gaps[0][1]
+    return (
+        f": {_spans(gaps)} of its {details['total_lines']} lines "
+        f"{'was' if one else 'were'} never shown"
+    )
+
+
+def read_first(details: Mapping[str, Any], profile: str) -> str:
+    """The sentence naming the read a code-2 refusal's details name (with a space
+    before it), in ``profile``'s spelling; "" when there is none to name."""
+    call = fix_call(details, profile)
+    if call is None:
+        return ""
+    gaps = details.get("missing_lines") or []
+    what = "them" if len(gaps) > 1 or (gaps and gaps[0][0] != gaps[0][1]) else "it"
+    return f" Read {what} first: {call}."
+
+
+def _spans(gaps: list[Any]) -> str:
+    words = [f"line {a}" if a == b else f"lines {a}-{b}" for a, b in gaps[:4]]
+    if len(gaps) > 4:
+        words.append(f"{len(gaps) - 4} more spans")
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"

@@ -13,7 +13,7 @@ from typing import Any
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode, ToolCall, ToolResult, new_tool_result
-from toolpool.tool import to_content
+from toolpool.tool import ToolOutput, to_content
 
 log = logging.getLogger("toolpool.tools")
 
@@ -76,7 +76,10 @@ def never_started_result(
 
 
 def result_from_output(call: ToolCall, output: Any) -> ToolResult:
-    """A successful execution's result."""
+    """A successful execution's result (a ``ToolOutput``'s details its details)."""
+    if isinstance(output, ToolOutput):
+        content = to_content(output.content)
+        return ToolResult(call.id, call.name, content, details=dict(output.details))
     return new_tool_result(call.id, call.name, to_content(output), False, None, {})
 
 

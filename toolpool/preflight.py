@@ -37,9 +37,10 @@ def refusal(call: ToolCall, verdict: ValidationResult) -> ToolResult | None:
     if verdict.ok:
         return None
     message = verdict.message or f'arguments for "{call.name}" failed validation'
-    return ToolResult.error(
-        call, ErrorCode.VALIDATION_FAILED, message, {"validation_code": verdict.code}
-    )
+    details = {"validation_code": verdict.code}
+    if verdict.details:
+        details = {**verdict.details, **details}
+    return ToolResult.error(call, ErrorCode.VALIDATION_FAILED, message, details)
 
 
 def not_a_verdict(value: object) -> TypeError:

@@ -39,19 +39,24 @@ class InterruptBehavior(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ValidationResult:
-    """The answer of a tool's ``validate``: ok, or a message for the model and a code."""
+    """The answer of a tool's ``validate``: ok, or a message for the model and a code,
+    with ``details`` for programs (they join the refusal's result details beside
+    ``validation_code``: what a profile words its refusal from, SPEC F14)."""
 
     ok: bool
     message: str = ""
     code: int = 0
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def passed(cls) -> ValidationResult:
         return _PASSED if cls is ValidationResult else cls(True)
 
     @classmethod
-    def failed(cls, message: str, code: int = 1) -> ValidationResult:
-        return cls(False, message, code)
+    def failed(
+        cls, message: str, code: int = 1, details: Mapping[str, Any] | None = None
+    ) -> ValidationResult:
+        return cls(False, message, code, details or {})
 
 
 # The verdict of every call whose tool has no validate: frozen, so one serves all.
@@ -66,6 +71,16 @@ class Preview:
 
     text: str
     truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What ``execute`` (or ``execute_content``) may return besides text, JSON-able data
+    or content blocks: its ``content`` (any of those) with ``details`` for programs,
+    which become the result's details (``read``'s lines shown, SPEC F2)."""
+
+    content: Any
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _no_progress(_: Any) -> None:
@@ -88,6 +103,9 @@ class ToolContext:
     ``shells`` starts, reads and ends the session's background commands (bash's
     ``run_in_background``, ``bash_output``, ``kill_shell``) where the executor
     offers them — in workers, through the pool; None elsewhere (in-process).
+
+    ``tool_profile`` is the session's (SPEC F12): a tool words the calls it names in
+    that profile's spelling, and ``apply_patch`` follows Codex in a Codex session.
     """
 
     call_id: str
@@ -108,6 +126,7 @@ class ToolContext:
     progress: Callable[[Any], None] = _no_progress
     limits: Limits | None = None  # the call's limits, where the executor knows them
     shells: BackgroundShells | None = None  # the session's background shells, if offered
+    tool_profile: str = "toolpool"  # whose tools the session's calls use (SPEC F12)
 
     def report_progress(self, data: Any) -> None:
         """Report progress: text (e.g. a chunk of output) or a JSON-able value."""

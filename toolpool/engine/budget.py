@@ -18,8 +18,10 @@ by the session's file tools and no other session's). The note counts toward the
 share: a cut result's text fits its share, unless the share is smaller than the note
 (then the note alone is left). Only text is counted; images and other blocks stay as
 they are (they have their own limits: ``read``'s image size, ``output_bytes``), and
-are not in the spill file. A cut result of a read-only tool turns the register stamps
-it recorded for its files into partial ones (F3: edit and write then refuse them).
+are not in the spill file. A text read is cut otherwise: its first whole lines, no
+tail and no spill file (``line_cut.py``). A cut result of a read-only tool takes back
+from the register what this call recorded of its files and the model did not see
+(F13: edit and write then refuse them until those lines are shown).
 """
 
 from __future__ import annotations
@@ -187,7 +189,7 @@ def _note(left_out: int, total: int, share: OutputShare, spill: Spill, partly: l
         names = ", ".join(partly)
         note += (
             f" {names} now count{'s' if len(partly) == 1 else ''} as partly read: edit and "
-            "write need a whole read first, in a turn with fewer calls."
+            "write need every line of it shown first (reads of parts of it add up)."
         )
     return note + "]"
 

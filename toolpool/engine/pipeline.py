@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from toolpool.arguments import ArgumentCheck
 from toolpool.cancel import CancelToken
+from toolpool.engine import line_cut
 from toolpool.engine.budget import OutputShare, cut_to_share, over_share, spill_limit, write_spill
 from toolpool.engine.executor import ExecutionRequest, Executor, submitted
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
@@ -277,20 +278,25 @@ class Pipeline:
     def _cut(
         self, flight: Flight, result: ToolResult, share: OutputShare, began: float
     ) -> ToolResult:
-        """L4: ``result`` cut to ``share``, its full text in a spill file of the
-        session's scratch; the stamps this call recorded of its files made partial
-        (the model saw only part of what it read) when it is a read-only tool's, or a
+        """L4: ``result`` cut to ``share`` — a text read to its first whole lines
+        (``line_cut``), any other around a note naming a spill file of the session's
+        scratch with its full text — and what this call recorded of its files in the
+        register narrowed to what the model saw, when it is a read-only tool's or a
         refusal's (a stale refusal that showed a whole file counts as its read, F9)."""
         session, call, spec = flight.session, flight.call, flight.spec
-        spill = write_spill(session.scratch_dir, call.id, result.text, spill_limit(session.limits))
+        lines = line_cut.plan(result, share, session.tool_profile)
+        kept = None if lines is None else lines.kept
         partly: list[str] = []
         if spec is not None and call.arguments_error is None:
             args, _ = spec.checker.coerce(call.arguments)
             if spec.read_only(args) or result.is_error:
                 ctx = session.context(call, flight.token)
                 for path in spec.file_paths(args, ctx):
-                    if session.files.mark_partial(path, since=began):
-                        partly.append(_shown(path, session))
+                    if session.files.narrow(path, call_id=call.id, since=began, kept=kept):
+                        partly.append(_shown(path, session) if lines is None else lines.name)
+        if lines is not None:
+            return line_cut.cut(result, share, lines, partly)
+        spill = write_spill(session.scratch_dir, call.id, result.text, spill_limit(session.limits))
         return cut_to_share(result, share, spill, partly_read=partly)
 
     @staticmethod

@@ -115,7 +115,9 @@ class Session:
             asyncio.get_running_loop().call_soon(turn.begin)
 
     def dequeue(self, turn: Begins) -> None:
-        """``turn`` has ended: the next one begins."""
+        """``turn`` has ended: the next one begins. No cut (L4) can come any more for
+        the reads it made: the register settles them (F13)."""
+        self.files.settle()
         if self._turns and self._turns[0] is turn:
             self._turns.popleft()
             if self._turns:
@@ -158,6 +160,7 @@ class Session:
             scratch_dir=self.scratch_dir,
             cancel_token=cancel_token,
             limits=self.call_limits,
+            tool_profile=self.tool_profile,
         )
         if progress is not None:
             ctx.progress = progress

@@ -104,6 +104,7 @@ class PoolExecutor:
             workspace_overlay=ctx.workspace_overlay,
             workspace_view=view,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
+            tool_profile=ctx.tool_profile,
         )
         if len(self._contexts) >= _CACHE_MAX:
             self._contexts.clear()

@@ -73,6 +73,12 @@ class Adapter:
         """A refusal or error of the built-in, in this agent's words (default: as is)."""
         return message
 
+    def refused(self, message: str, details: Mapping[str, Any], args: Arguments) -> str:
+        """A refusal or error of the built-in with its details (``validation_code``
+        and what the refusal says for programs: the words of a refusal are made from
+        them, never from toolpool's English, SPEC F14); default: ``reworded``."""
+        return self.reworded(message, args)
+
     # -- the capabilities: the built-in's (T2) ----------------------------------------
 
     def label(self) -> str:
@@ -115,7 +121,9 @@ class Adapter:
             raise TypeError(f"{spec.name}: validate returned {type(verdict).__name__}")
         if verdict.ok:
             return verdict
-        return ValidationResult.failed(self.reworded(verdict.message, args), verdict.code)
+        details = {**verdict.details, "validation_code": verdict.code}
+        message = self.refused(verdict.message, details, args)
+        return ValidationResult.failed(message, verdict.code, verdict.details)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> Any:
         spec, routed = self._checked(args)
@@ -147,7 +155,7 @@ class Adapter:
         try:
             yield
         except ToolError as exc:
-            message = self.reworded(exc.message, args)
+            message = self.refused(exc.message, exc.details, args)
             raise ToolError(message, details=exc.details, code=exc.code) from None
 
     def __repr__(self) -> str:

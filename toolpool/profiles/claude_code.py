@@ -13,10 +13,11 @@ built-ins' (docs/tools.md, "Tool profiles").
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from toolpool.file_reads import READ_AGAIN
+from toolpool.call_forms import READ_FORMS
+from toolpool.file_reads import CODE_NOT_READ, READ_AGAIN, fix_call, not_read_message
 from toolpool.profiles.adapter import Adapter, tool_named
 from toolpool.tool import Arguments
 
@@ -33,22 +34,25 @@ NOT_FOUND = "String to replace not found in file."
 NO_CHANGES = "No changes to make: old_string and new_string are exactly the same."
 NO_FILE = "File does not exist."
 
+# Claude Code's read tool, as toolpool names it in refusals (call_forms.py).
+_READ = READ_FORMS[PROFILE]
+
 # The ends of toolpool's F3 sentences (file_reads.py, stamps.py) that name the file.
-_NEVER_READ = re.compile(
-    r"^File .+ has not been read( yet)?\. Read (it|the whole file) first before writing to it\.$",
-    re.S,
-)
 _STALE_FIRST = ", either by the user or by a linter."
 _STALE_AT_WRITE = "; nothing was written."
 _OCCURS = re.compile(r"^old_string occurs (\d+) times in ")
 _EDIT_INDEX = re.compile(r"^(edits\[\d+\]: )")
 
 
-def refusal(message: str, args: Arguments) -> str:
+def refusal(message: str, args: Arguments, details: Mapping[str, Any] | None = None) -> str:
     """A read-before-write refusal (SPEC F3) or an edit's error in Claude Code's
     words, toolpool's explanation after them when it says more; other messages as
     they are. ``args`` are the call's (Claude Code's) arguments: the edit's
-    old_string is quoted back, as Claude Code does."""
+    old_string is quoted back, as Claude Code does. A refusal whose code says the
+    file was not read whole (2) is worded from its ``details`` alone, naming the
+    Read that lifts it (F14)."""
+    if details and details.get("validation_code") == CODE_NOT_READ and "read_first" in details:
+        return not_read(details)
     indexed = _EDIT_INDEX.match(message)
     prefix = indexed.group(1) if indexed else ""
     old = args.get("old_string")
@@ -60,11 +64,16 @@ def refusal(message: str, args: Arguments) -> str:
     return prefix + _claude_sentence(message[len(prefix) :], quoted)
 
 
+def not_read(details: Mapping[str, Any]) -> str:
+    """F3's code-2 refusal in Claude Code's words, from its details: its sentence,
+    then what was not shown and the Read that shows it."""
+    if not details.get("partly_read"):
+        call = fix_call(details, PROFILE)
+        return f"{NOT_READ}\n\nRead it with {call}." if call else NOT_READ
+    return f"{NOT_READ}\n\n{not_read_message(details, PROFILE)}"
+
+
 def _claude_sentence(body: str, quoted: str) -> str:
-    if _NEVER_READ.match(body):
-        return NOT_READ
-    if " was only partly read" in body.split("\n", 1)[0]:
-        return f"{NOT_READ}\n\n{body}"
     first, marker, rest = body.partition(_STALE_FIRST)
     if marker and first.startswith("File ") and " has been modified since it was read" in first:
         rest = rest.strip()
@@ -99,6 +108,9 @@ class ClaudeCodeTool(Adapter):
 
     def reworded(self, message: str, args: Arguments) -> str:
         return refusal(message, args)
+
+    def refused(self, message: str, details: Mapping[str, Any], args: Arguments) -> str:
+        return refusal(message, args, details)
 
 
 class _Renamed(ClaudeCodeTool):
@@ -309,7 +321,7 @@ def _has(target: Any, argument: str) -> bool:
 
 def _read(target: Any) -> Adapter:
     properties: dict[str, Any] = {
-        "file_path": {"type": "string", "description": "The absolute path to the file to read"},
+        _READ.path: {"type": "string", "description": "The absolute path to the file to read"},
         "offset": {
             "type": "integer",
             "minimum": 0,
@@ -331,10 +343,10 @@ def _read(target: Any) -> Adapter:
         }
     return _Renamed(
         target,
-        name="Read",
+        name=_READ.tool,
         description=READ_DESCRIPTION,
-        schema=_object(properties, ["file_path"]),
-        renames={"file_path": "path"},
+        schema=_object(properties, [_READ.path]),
+        renames={_READ.path: "path"},
         convert={"offset": _positive},
     )
 

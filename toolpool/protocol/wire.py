@@ -56,6 +56,7 @@ class CallContext:
     workspace_overlay: bool = False
     workspace_view: str = ""  # the session's overlay of the workspace, once mounted (V14)
     scratch_dir: str | None = None
+    tool_profile: str = "toolpool"  # the session's (SPEC F12)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,12 @@ register, as ``write`` over an existing file is (SPEC F3):
   that what goes is what the model saw (a file the user changed meanwhile is never
   deleted unseen).
 
+A refusal of that guard names the read that lifts it (SPEC F14). In a session of the
+``codex`` tool profile there is no guard: Codex's tool set has no read tool (its
+model reads through ``shell``, which the register never sees), so the patch applies
+as Codex applies it (F11) — and its preview shows what it loses (a deleted file's
+every line, the old content of a file added over or moved onto), for a gate to judge.
+
 All or none, across files. Every file is planned in memory first, against the file
 as it is now: the operations in patch order, each seeing what the ones before it
 left (an Add then an Update of one path works). Nothing is written unless all of it
@@ -52,8 +58,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
-from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, Freshness, content_hash
+from toolpool.file_reads import (
+    CODE_NOT_READ,
+    CODE_STALE,
+    Freshness,
+    content_hash,
+    read_first,
+    unread_details,
+    unread_part,
+)
 from toolpool.preflight import cut_note
+from toolpool.profiles.codex import PROFILE as CODEX_PROFILE
 from toolpool.tool import Arguments, Preview, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
@@ -68,7 +83,7 @@ from toolpool.tools.patch_grammar import (
     operation_name,
     parse_patch,
 )
-from toolpool.tools.paths import Access, Resolved, display, open_path
+from toolpool.tools.paths import Access, Resolved, argument_path, display, open_path
 from toolpool.tools.read import read_snapshot
 from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
 from toolpool.tools.suggest import missing_file_message
@@ -97,9 +112,10 @@ each change; several hunks of one file go in the file's order.
 whitespace aside): that is the check that the file did not change, so no read is \
 needed for Update File. A hunk that does not match is refused, naming the hunk, \
 with the nearest place the file has.
-- Add File over an existing file, Move to an existing file and Delete File are \
-refused unless the file was read whole with read in this session and is unchanged \
-since: the patch does not show what they destroy.
+- Add File over an existing file, Move to an existing file and Delete File replace \
+or remove what the patch does not show: where the session has a read tool (every \
+tool set but Codex's), they are refused unless the file was read whole with it and \
+is unchanged since.
 - All or none: when any file fails, no file is changed."""
 
 # Typographic characters Codex's matching treats as their ASCII forms (its last pass).
@@ -393,8 +409,10 @@ class _Plan:
 
     def _guard(self, file: _File, op: str, does: str) -> None:
         """F3 for what the patch does not show: a file that existed must have been
-        read whole, and be unchanged since."""
-        if not file.existed or file.guarded:
+        read whole, and be unchanged since — except in a Codex session, whose model
+        reads through its shell as Codex's does: there the patch applies as Codex
+        applies it, its preview showing what is lost (F11)."""
+        if not file.existed or file.guarded or self.ctx.tool_profile == CODEX_PROFILE:
             return
         why = (
             f" apply_patch {does} only when it was read whole with read in this session "
@@ -410,11 +428,18 @@ class _Plan:
                 ) from None
         else:
             match self.ctx.files.freshness(file.target.path, file.target.seen_at()):
-                case Freshness.NEVER_READ:
-                    raise _refused(f"{op} {file.shown}: it has not been read.{why}", CODE_NOT_READ)
-                case Freshness.PARTIAL:
-                    raise _refused(
-                        f"{op} {file.shown}: it was only partly read.{why}", CODE_NOT_READ
+                case Freshness.NEVER_READ | Freshness.PARTIAL:
+                    path = file.target.path
+                    unread = unread_details(argument_path(path, self.ctx), self.ctx.files.get(path))
+                    how = (
+                        f"it was only partly read{unread_part(unread)}"
+                        if unread["partly_read"]
+                        else "it has not been read"
+                    )
+                    fix = read_first(unread, self.ctx.tool_profile)
+                    raise ToolError(
+                        f"{op} {file.shown}: {how}.{why}{fix}",
+                        details={**unread, "validation_code": CODE_NOT_READ},
                     )
                 case Freshness.CHANGED:
                     raise _refused(
@@ -601,7 +626,12 @@ def _file_diff(file: _File) -> str:
     old = _text(source.original.data if source.original is not None else None)
     minus = _headers(source.shown)[0]
     diff = unified_diff(old, _text(file.data), file.shown)
-    return _retitled(diff, minus=minus) or f"{minus}\n{_headers(file.shown)[1]}\n"
+    moved = _retitled(diff, minus=minus) or f"{minus}\n{_headers(file.shown)[1]}\n"
+    if before is None:
+        return moved
+    # A move onto an existing file: first what it replaces, as a deletion of it.
+    replaced = _retitled(unified_diff(_text(before), "", file.shown), plus="+++ /dev/null")
+    return replaced + moved
 
 
 def _preview(changes: list[_File]) -> Preview:
@@ -697,7 +727,8 @@ class ApplyPatchTool:
             with self._planned(args, ctx, contents=False):
                 return ValidationResult.passed()
         except ToolError as exc:
-            return ValidationResult.failed(exc.message, exc.details.get("validation_code", 1))
+            details = dict(exc.details)
+            return ValidationResult.failed(exc.message, details.pop("validation_code", 1), details)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> Preview:
         """The unified diff of every file the patch changes."""

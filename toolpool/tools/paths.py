@@ -52,6 +52,7 @@ from enum import Enum
 from pathlib import Path, PurePath, PurePosixPath
 from types import TracebackType
 
+from toolpool.call_forms import quote as quote  # re-exported: E4's rule, for tools
 from toolpool.errors import ToolError
 from toolpool.sandbox.policy import active_policy
 from toolpool.tool import ToolContext
@@ -439,7 +440,16 @@ def real_workspace(ctx: ToolContext) -> Path:
 def display(path: PurePath, ctx: ToolContext) -> str:
     """How a tool message names ``path`` (a real path, as resolution gives it):
     workspace-relative inside it, absolute outside (SPEC E4), quoted when needed."""
-    return display_in(path, real_workspace(ctx))
+    return quote(argument_path(path, ctx))
+
+
+def argument_path(path: PurePath, ctx: ToolContext) -> str:
+    """``path`` as a call's argument names it: ``display``'s form, never quoted (a
+    message that names a call writes it as a string literal: call_forms.literal)."""
+    workspace = real_workspace(ctx)
+    if path == workspace:
+        return "."
+    return str(path.relative_to(workspace) if path.is_relative_to(workspace) else path)
 
 
 def display_in(path: PurePath, workspace: Path) -> str:
@@ -463,26 +473,3 @@ def display_spelling(raw: str, ctx: ToolContext) -> str:
             if spelled.is_relative_to(workspace):
                 return display_in(spelled, workspace)
     return quote(raw)
-
-
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
-
-
-def quote(name: str) -> str:
-    """``name`` as it is, or — when it could be read as something else: a character
-    that is not printable (a newline, a control or bidi character, a byte that is not
-    UTF-8), space at either end, a leading double quote — as a double-quoted string
-    with backslash escapes (``"we\\nird.txt"``). A quoted form never equals a name
-    shown as it is, which never starts with a double quote."""
-    if name.isprintable() and name == name.strip() and not name.startswith('"'):
-        return name
-    return '"' + "".join(_escaped(c) for c in name) + '"'
-
-
-def _escaped(char: str) -> str:
-    if char in _ESCAPES:
-        return _ESCAPES[char]
-    if char.isprintable():
-        return char
-    code = ord(char)
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

@@ -1,6 +1,7 @@
 """The ``read`` tool: a file's text with line numbers, an image, a notebook's cells
 (F7), a PDF's text by page (F8), or a directory's entries (SPEC F1); every file read
-is stamped in the session's register (F2)."""
+is stamped in the session's register (F2), a text read with the lines it showed
+(F13), which its details say too (``lines_shown``, ``next_offset``, ``total_lines``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
+from toolpool.call_forms import quote, read_call
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
-from toolpool.tool import Arguments, ToolContext, image_block
+from toolpool.tool import Arguments, ToolContext, ToolOutput, image_block
 from toolpool.tools import notebook
 from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, Resolved, display, open_path, resolve
+from toolpool.tools.paths import Access, Resolved, argument_path, open_path, resolve
 from toolpool.tools.pdf import is_pdf, pdf_text
 from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.stamps import check_regular as check_regular  # re-exported
@@ -38,8 +40,8 @@ number, a tab, the line); the numbers are not part of the file, so never copy th
 into edit's old_string.
 
 - By default up to 2000 lines from the top; page through longer files with offset \
-(1-based line to start at) and limit (number of lines). The output says when the \
-file continues.
+(1-based line to start at) and limit (number of lines). The output says which \
+lines it shows and the offset that reads on when the file continues.
 - Lines longer than 2000 characters are cut.
 - Images (PNG, JPEG, GIF, WebP) come back as images you can look at.
 - Jupyter notebooks (.ipynb) come back as their cells, each with its id and type, \
@@ -49,8 +51,9 @@ you ask for with pages ("3" or "3-5"; at most 20 at once).
 - A directory comes back as a list of its entries (use ls for a tree, glob to find \
 files by name).
 - Binary files cannot be read.
-- edit and write refuse to change an existing file until it has been read whole \
-(no offset/limit, or a range covering every line) in this session.
+- edit and write refuse to change an existing file until every line of it was shown \
+in this session: in one read, or in several reads of parts of it while it did not \
+change (they add up).
 
 Paths are relative to the workspace; absolute paths inside it work too. Prefer this \
 tool over cat, head or tail in bash. Several files can be read at once by calling \
@@ -97,13 +100,14 @@ class ReadTool(ReadingTool):
     def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
         return [resolve(args["path"], ctx, Access.READ)]
 
-    def execute(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock]:
+    def execute(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock] | ToolOutput:
         return self.execute_content(args, ctx)
 
-    def execute_content(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock]:
+    def execute_content(self, args: Arguments, ctx: ToolContext) -> list[ContentBlock] | ToolOutput:
         with open_path(args["path"], ctx, Access.READ) as target:
             path = target.path
-            shown = display(path, ctx)
+            argument = argument_path(path, ctx)
+            shown = quote(argument)
             try:
                 st = target.lstat()
                 if stat.S_ISDIR(st.st_mode):
@@ -121,7 +125,7 @@ class ReadTool(ReadingTool):
                 raise ToolError(f"Permission denied: {shown} cannot be read.") from None
             except OSError as exc:
                 raise ToolError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
-        return _file(path, shown, snapshot, args, ctx)
+        return _file(path, argument, snapshot, args, ctx)
 
 
 def _directory(target: Resolved, shown: str, ctx: ToolContext) -> str:
@@ -135,8 +139,11 @@ def _directory(target: Resolved, shown: str, ctx: ToolContext) -> str:
 
 
 def _file(
-    path: Path, shown: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
-) -> list[ContentBlock]:
+    path: Path, argument: str, snapshot: Snapshot, args: Arguments, ctx: ToolContext
+) -> list[ContentBlock] | ToolOutput:
+    """``path``'s content as read shows it; ``argument``: the path as a call names it
+    (quoted in messages when it must be, SPEC E4)."""
+    shown = quote(argument)
     data = snapshot.data
     special = _notebook_or_pdf(path, shown, snapshot, args, ctx)
     if special is not None:
@@ -164,14 +171,15 @@ def _file(
     lines = split_lines(data.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace"))
     if not lines:
         record(ctx, path, snapshot, partial=False)
-        return [TextBlock(f"{shown} is empty.")]
+        details = {"path": argument, "total_lines": 0}
+        return ToolOutput([TextBlock(f"{shown} is empty.")], details)
     offset = args.get("offset", 1)
     limit = args.get("limit", DEFAULT_LIMIT)
-    if offset > len(lines):
-        raise ToolError(f"{shown} has {len(lines)} lines; offset {offset} is past its end.")
-    end = min(offset - 1 + limit, len(lines))
-    partial = offset > 1 or end < len(lines)
-    record(ctx, path, snapshot, partial=partial)
+    total = len(lines)
+    if offset > total:
+        raise ToolError(f"{shown} has {total} lines; offset {offset} is past its end.")
+    end = min(offset - 1 + limit, total)
+    held = record(ctx, path, snapshot, partial=False, lines=(offset, end, total))
     shown_lines = lines[offset - 1 : end]
     if max(map(len, shown_lines), default=0) > MAX_LINE_CHARS:  # rare: cut only then, line by line
         shown_lines = [cut_line(line) for line in shown_lines]
@@ -179,13 +187,36 @@ def _file(
     numbered = "\n".join(
         [f"{number:>6}\t{line}" for number, line in enumerate(shown_lines, start=offset)]
     )
-    if not partial:
-        return [TextBlock(numbered)]
-    note = f"[Lines {offset}-{end} of {len(lines)} shown."
-    if end < len(lines):
-        note += f" The file continues: offset={end + 1} reads on."
-    note += f" edit and write need one read of the whole file (offset 1, limit ≥ {len(lines)}).]"
-    return [TextBlock(f"{numbered}\n\n{note}")]
+    details = lines_details(argument, offset, end, total)
+    if offset == 1 and end == total:
+        return ToolOutput([TextBlock(numbered)], details)
+    note = f"[{window_note(argument, offset, end, total, ctx.tool_profile)}"
+    if held.partial:
+        note += " edit and write need every line shown (reads of parts of it add up).]"
+    else:
+        note += " With the reads before it, every line was shown: edit and write may change it.]"
+    return ToolOutput([TextBlock(f"{numbered}\n\n{note}")], details)
+
+
+def lines_details(path: str, first: int, last: int, total: int) -> dict[str, Any]:
+    """A text read's details (SPEC F2): ``path`` (as a call's argument names it: E4's
+    form, unquoted), ``lines_shown`` (1-based, inclusive), ``next_offset`` unless the
+    last line is the file's, ``total_lines``."""
+    details: dict[str, Any] = {"path": path, "lines_shown": [first, last], "total_lines": total}
+    if last < total:
+        details["next_offset"] = last + 1
+    return details
+
+
+def window_note(path: str, first: int, last: int, total: int, profile: str) -> str:
+    """Which lines a read of ``path`` (as a call names it) showed, and the read that
+    shows the rest (in ``profile``'s spelling, SPEC F14): the start of its note."""
+    note = f"Lines {first}-{last} of {total} shown."
+    if last < total:
+        call = read_call(profile, path, last + 1, total - last)
+        rest = f"offset={last + 1}" if call is None else call
+        note += f" {rest} shows the rest."
+    return note
 
 
 def _notebook_or_pdf(

@@ -24,10 +24,13 @@ from toolpool.file_reads import (
     FileReadStamp,
     content_hash,
     modified_since_read,
+    not_read_message,
+    unread_details,
 )
+from toolpool.read_coverage import Part
 from toolpool.tool import ToolContext, ValidationResult
 from toolpool.tools import read_copies
-from toolpool.tools.paths import Resolved, display
+from toolpool.tools.paths import Resolved, argument_path, display
 from toolpool.tools.stale import WhatChanged, what_changed
 
 
@@ -52,10 +55,21 @@ class Snapshot:
         """What a write left behind: ``data``, with the stat of the file written."""
         return cls(data, st.st_mtime_ns, st.st_size)
 
-    def stamp(self, *, partial: bool) -> FileReadStamp:
-        return FileReadStamp(
-            time.time(), self.mtime_ns, self.size, content_hash(self.data), partial
-        )
+    def stamp(
+        self, *, partial: bool, lines: tuple[int, int, int] | None = None, call_id: str = ""
+    ) -> FileReadStamp:
+        """A stamp of these bytes, read now by ``call_id``: shown whole, or partly
+        (``partial``: no line counted), or ``lines`` = (first, last, total) of a
+        text read (F13: what the reads of one content showed adds up)."""
+        now = time.time()
+        if lines is not None:
+            first, last, total = lines
+            shown: tuple[Part, ...] = (Part(now, first, last, call_id),)
+            return FileReadStamp(
+                now, self.mtime_ns, self.size, content_hash(self.data), total, shown
+            )
+        shown = () if partial else (Part(now, 1, None, call_id),)
+        return FileReadStamp(now, self.mtime_ns, self.size, content_hash(self.data), shown=shown)
 
 
 def check_regular(st: os.stat_result, shown: str) -> None:
@@ -78,12 +92,22 @@ def read_snapshot(target: Resolved, shown: str) -> Snapshot:
         return Snapshot(f.read(), st.st_mtime_ns, st.st_size)
 
 
-def record(ctx: ToolContext, path: Path, snapshot: Snapshot, *, partial: bool) -> None:
+def record(
+    ctx: ToolContext,
+    path: Path,
+    snapshot: Snapshot,
+    *,
+    partial: bool,
+    lines: tuple[int, int, int] | None = None,
+) -> FileReadStamp:
     """F2/F5: remember in the session's register what the model now knows of ``path``
-    (and, for a whole read, keep a copy of it to diff against: F9)."""
-    if not partial:
+    — all of it, part of it, or (``lines``) lines first–last of its total — and, when
+    it now knows the whole content (this read, or the reads of it together: F13),
+    keep a copy of it to diff against (F9). The stamp now held."""
+    held = ctx.files.record(path, snapshot.stamp(partial=partial, lines=lines, call_id=ctx.call_id))
+    if not held.partial:
         read_copies.keep(ctx.scratch_dir, snapshot.data)
-    ctx.files.record(path, snapshot.stamp(partial=partial))
+    return held
 
 
 def check_before_write(ctx: ToolContext, target: Resolved) -> ValidationResult:
@@ -92,7 +116,10 @@ def check_before_write(ctx: ToolContext, target: Resolved) -> ValidationResult:
     file, the register gets the stamp of exactly the bytes shown."""
     path = target.path
     verdict = ctx.files.check_before_write(
-        path, shown=lambda: display(path, ctx), at=target.seen_at()
+        path,
+        shown=lambda: argument_path(path, ctx),
+        at=target.seen_at(),
+        profile=ctx.tool_profile,
     )
     stamp = ctx.files.get(path)
     if verdict.code != CODE_STALE or stamp is None:
@@ -126,10 +153,10 @@ def ensure_unchanged_since_read(
     shown = display(path, ctx)
     stamp = ctx.files.get(path)
     if stamp is None or stamp.partial:
-        how = "has not been read" if stamp is None else "was only partly read"
+        unread = unread_details(argument_path(path, ctx), stamp)
         raise ToolError(
-            f"File {shown} {how}. Read the whole file first before writing to it.",
-            details={"validation_code": CODE_NOT_READ},
+            not_read_message(unread, ctx.tool_profile),
+            details={**unread, "validation_code": CODE_NOT_READ},
         )
     if content_hash(data) != stamp.content_hash:
         changed = what_changed(

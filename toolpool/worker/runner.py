@@ -451,4 +451,5 @@ def tool_context(
         progress=progress,
         limits=limits,
         shells=shells,
+        tool_profile=context.tool_profile,
     )
