@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import tempfile
 import time
@@ -11,11 +12,24 @@ import psutil
 import pytest
 
 
+# The longest TMPDIR under which tests' own directories (pytest-of-USER/pytest-N/
+# popen-gwN/test_…/rt/workers-PID/workers.sock) stay within a Unix socket's 107 bytes.
+_SHORT_TMP = 8
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (scripts/test runs two workers) each worker has a temporary
     directory of its own, so that what one leaves there is its own to answer for
-    (no_toolpool_file_left_in_tmp) — and it stays short, for Unix sockets' paths."""
+    (no_toolpool_file_left_in_tmp) — and it stays short, for Unix sockets' paths.
+
+    Under a long TMPDIR the tests' directories go to a short one of this checkout's
+    (``/tmp/tp-<hash>``, emptied at each run as pytest's ``--basetemp`` is): the
+    daemons the tests start make their sockets there."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker and config.option.basetemp is None:
+        if len(tempfile.gettempdir()) > _SHORT_TMP:
+            checkout = hashlib.sha256(str(config.rootpath).encode()).hexdigest()[:8]
+            config.option.basetemp = f"/tmp/tp-{checkout}"
     if worker:
         mine = Path(tempfile.gettempdir()) / worker
         mine.mkdir(exist_ok=True)
