@@ -11,7 +11,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-
 # The longest TMPDIR under which tests' own directories (pytest-of-USER/pytest-N/
 # popen-gwN/test_…/rt/workers-PID/workers.sock) stay within a Unix socket's 107 bytes.
 _SHORT_TMP = 8
@@ -26,10 +25,10 @@ def pytest_configure(config: pytest.Config) -> None:
     (``/tmp/tp-<hash>``, emptied at each run as pytest's ``--basetemp`` is): the
     daemons the tests start make their sockets there."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker and config.option.basetemp is None:
-        if len(tempfile.gettempdir()) > _SHORT_TMP:
-            checkout = hashlib.sha256(str(config.rootpath).encode()).hexdigest()[:8]
-            config.option.basetemp = f"/tmp/tp-{checkout}"
+    long_tmp = len(tempfile.gettempdir()) > _SHORT_TMP
+    if not worker and config.option.basetemp is None and long_tmp:
+        checkout = hashlib.sha256(str(config.rootpath).encode()).hexdigest()[:8]
+        config.option.basetemp = f"/tmp/tp-{checkout}"
     if worker:
         mine = Path(tempfile.gettempdir()) / worker
         mine.mkdir(exist_ok=True)
