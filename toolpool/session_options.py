@@ -111,6 +111,22 @@ def _count(minimum: int) -> Parser:
     return parse
 
 
+# A checkpoint adds at most one layer to each of a session's overlays, and overlayfs
+# stacks 500 lower layers: room is left for an image's own (docker's bound is 127).
+MAX_CHECKPOINTS = 256
+
+
+def _checkpoints(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_CHECKPOINTS:
+        raise _Refused(
+            f"expected an integer from 2 to {MAX_CHECKPOINTS} (each checkpoint may be a "
+            "layer the kernel stacks, and it stacks 500)"
+        )
+    return value
+
+
 def _seconds(value: Any) -> float | None:
     if value is None:
         return None
@@ -251,6 +267,9 @@ class SessionOptions:
     )
     workspace_mode: WorkspaceMode = option(
         WorkspaceMode.DIRECT, _workspace_mode, "the workspace written in place, or an overlay (V14)"
+    )
+    max_checkpoints: int | None = option(
+        None, _checkpoints, "checkpoints kept before the oldest are merged (B5; default 50)"
     )
 
     @classmethod

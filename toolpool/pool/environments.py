@@ -26,7 +26,7 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +37,7 @@ from toolpool.images.access import admit
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.protocol import CallContext
 from toolpool.sandbox import linux
-from toolpool.sandbox.layers import SessionLayer, remove_layers
+from toolpool.sandbox.layers import Inherit, SessionLayer, remove_layers
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
@@ -52,10 +52,13 @@ Key = tuple[str, bool]  # session id, network allowed
 
 @dataclass(slots=True)
 class _Entry:
-    """One session sandbox: starting (``ready`` pending), running, or failed."""
+    """One session sandbox: starting (``ready`` pending), running, or failed; what
+    it was started for (its start again after a checkpoint, B1)."""
 
     ready: asyncio.Future[SessionSandbox]
     network: bool
+    context: CallContext
+    limits: Limits
 
 
 class SessionSandboxes:
@@ -89,7 +92,14 @@ class SessionSandboxes:
         self._opened = True
         processes = self._processes
         directory = processes.runtime_dir / "s"  # short: a socket's path fits in 108 bytes
+        left = list(directory.glob("*.l")) if directory.is_dir() else []
         remove_layers(directory)  # a dead daemon's sockets and layers
+        if left:  # their checkpoints and forks with them (B11): said, not silently lost
+            log.warning(
+                "removed the layers of %d sessions of a daemon that ended (their "
+                "checkpoints and forks are gone)",
+                len(left),
+            )
         directory.mkdir(mode=0o700)
         self._directory = directory
         self._profile, self._policy = processes.profile, processes.policy
@@ -126,7 +136,7 @@ class SessionSandboxes:
                     self._in_thread_close(entry.ready.result())
                 entry = None
         if entry is None:
-            entry = _Entry(asyncio.get_running_loop().create_future(), network)
+            entry = _Entry(asyncio.get_running_loop().create_future(), network, context, limits)
             self._entries[key] = entry
             self._start(entry, context, limits)
         try:
@@ -143,7 +153,7 @@ class SessionSandboxes:
         directory, profile, policy = self._directory, self._profile, self._policy
 
         def start() -> SessionSandbox:
-            root, views, enter = self._placed(context, directory)
+            root, views, enter = self._placed(context, directory, limits.tmp_bytes)
             return SessionSandbox.start(
                 roots=roots,
                 network=entry.network,
@@ -236,10 +246,11 @@ class SessionSandboxes:
         return self._directory
 
     def _placed(
-        self, context: CallContext, directory: Path
+        self, context: CallContext, directory: Path, tmp_bytes: int = 0
     ) -> tuple[Sequence[str], dict[str, str], tuple[str, ...]]:
         """The session's root arguments, views and what a sandbox is started under to
-        see them (V17), its layers made first (a thread)."""
+        see them (V17), its layers made first (a thread); a session sandbox's /tmp
+        (``tmp_bytes``) is on its layers, where it outlives the sandbox (B1)."""
         if context.root == Root.HOST and not context.workspace_overlay:
             return HOST_ROOT, {}, ()
         layer = self._layer(context, directory)
@@ -247,29 +258,35 @@ class SessionSandboxes:
         views = {}
         if layer.workspace_merged is not None:
             views[os.path.realpath(context.workspace)] = str(layer.workspace_merged)
+        if tmp_bytes:
+            views["/tmp"] = str(layer.mount_tmp(tmp_bytes))
         return root, views, layer.enter_argv()
 
     def _layer(self, context: CallContext, directory: Path) -> SessionLayer:
         """The session's writable layers, with what its options ask mounted: one
         tmpfs for all its sandboxes (in a start thread). Raises SandboxStartError."""
-        session_id = context.session_id
-        with self._locks_lock:
-            lock = self._layer_locks.setdefault(session_id, threading.Lock())
-        with lock:
-            layer = self._layers.get(session_id)
+        with self.layer_lock(context.session_id):
+            layer = self._layers.get(context.session_id)
             if layer is None:
                 size = context.layer_bytes or self._processes.config.layer_bytes
                 layer = SessionLayer.make(directory / f"{next(self._names):x}.l", size)
-                self._layers[session_id] = layer
-            if context.root == Root.OVERLAY:
-                layer.mount_root()
-            elif context.root == "image" and layer.root_merged is None:
-                image = self._images.get(session_id) or self._prepare(context)
-                lowers = tuple(reversed(image.layers))  # the topmost first
-                layer.mount_root(lowers, userxattr=image.xattr == "user")
-            if context.workspace_overlay:
-                layer.mount_workspace(Path(os.path.realpath(context.workspace)))
+                self._layers[context.session_id] = layer
+            self._mount(context, layer)
             return layer
+
+    def _mount(
+        self, context: CallContext, layer: SessionLayer, inherit: Inherit | None = None
+    ) -> None:
+        """What the session's options ask mounted on ``layer`` (a fork's stacked on
+        its parent's frozen layers, ``inherit``)."""
+        if context.root == Root.OVERLAY:
+            layer.mount_root(inherit=inherit)
+        elif context.root == "image" and layer.root_merged is None:
+            image = self._images.get(context.session_id) or self._prepare(context)
+            lowers = tuple(reversed(image.layers))  # the topmost first
+            layer.mount_root(lowers, userxattr=image.xattr == "user", inherit=inherit)
+        if context.workspace_overlay:
+            layer.mount_workspace(Path(os.path.realpath(context.workspace)), inherit)
 
     def _prepare(self, context: CallContext) -> PreparedImage:
         """The session's image, its layers unpacked into the cache (or found there)
@@ -288,6 +305,61 @@ class SessionSandboxes:
             raise SandboxStartError(f"its image could not be used: {exc}") from exc
         self._images[context.session_id] = image
         return image
+
+    # -- what checkpoints, rewinds and forks ask (pool/branches.py) -------------------
+
+    def layer(self, session_id: str) -> SessionLayer | None:
+        """The session's layers, once made."""
+        return self._layers.get(session_id)
+
+    def layer_lock(self, session_id: str) -> threading.Lock:
+        """What a thread holds while it changes the session's layers."""
+        with self._locks_lock:
+            return self._layer_locks.setdefault(session_id, threading.Lock())
+
+    async def stop_sandboxes(self, session_id: str) -> list[tuple[CallContext, Limits]]:
+        """End the session's sandboxes (and so every process of them): what they were
+        started for, to start them again (``restart``) once its layers changed."""
+        ending = [self._entries.pop(k) for k in list(self._entries) if k[0] == session_id]
+        await asyncio.gather(*(self._end(e) for e in ending))
+        return [(e.context, e.limits) for e in ending]
+
+    def restart(self, started: Sequence[tuple[CallContext, Limits]]) -> None:
+        """Start again the sandboxes ``stop_sandboxes`` ended, off the event loop and
+        before their next command asks (which then waits for the start under way)."""
+        for context, limits in started:
+            network = limits.network or context.allow_network
+            key = (context.session_id, network)
+            if self._open and key not in self._entries and context.session_id in self._layers:
+                entry = _Entry(asyncio.get_running_loop().create_future(), network, context, limits)
+                self._entries[key] = entry
+                self._start(entry, context, limits)
+
+    def fork_layer(
+        self, context: CallContext, parent: str, depths: Mapping[str, int]
+    ) -> SessionLayer | None:
+        """Layers for the fork of ``context`` (in a thread): a tmpfs of its own, in
+        its parent's namespace, each overlay the parent had at the checkpoint of
+        ``depths`` stacked on the parent's frozen layers then, its image leased again;
+        None when the parent has no layers yet. Raises SandboxStartError."""
+        of = self._layers.get(parent)
+        if of is None:
+            return None
+        size = context.layer_bytes or self._processes.config.layer_bytes
+        name = self._layers_directory() / f"{next(self._names):x}.l"
+        with self.layer_lock(context.session_id):
+            layer = SessionLayer.make(name, size, of.space)
+            self._layers[context.session_id] = layer
+            image = self._images.get(parent)
+            if image is not None:
+                self._images[context.session_id] = image.shared()
+            with self.layer_lock(parent):
+                self._mount(context, layer, of.inherit(depths))
+        return layer
+
+    def denied(self) -> list[Path]:
+        """What the daemon writes nowhere near (an export's destination, B9)."""
+        return [*self._denied(), self._processes.runtime_dir]
 
     async def end_session(self, session_id: str) -> None:
         """The session closes: its sandboxes end, everything in them with them, and
