@@ -180,6 +180,22 @@ class FileReadRegister:
                     f"{modified_since_read(name)} {READ_AGAIN}", CODE_STALE
                 )
 
+    def rejudge(self) -> None:
+        """Every stamp judged by content from now on (a rewind put files back with the
+        times they had then, B2): the next check hashes the file, whatever its mtime."""
+        with self._lock:
+            self._stamps = {
+                path: dataclasses.replace(stamp, mtime_ns=-1)
+                for path, stamp in self._stamps.items()
+            }
+
+    def copy(self) -> FileReadRegister:
+        """A register of its own with the same stamps (a fork's, B3)."""
+        other = FileReadRegister()
+        with self._lock:
+            other._stamps = dict(self._stamps)
+        return other
+
     def __iter__(self) -> Iterator[tuple[str, FileReadStamp]]:
         with self._lock:
             return iter(list(self._stamps.items()))
