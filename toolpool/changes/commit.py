@@ -12,10 +12,13 @@ host when the session found it there (the session's layer copied it up: overlayf
 between that check and its own write is found then, and the commit undone.
 
 Writes go through descriptors, never through a symlink of the host's: a file is
-written to a new name in its directory and renamed over the old one (kept as a hard
-link until the commit is whole), a deletion is a rename out of the way; a directory
-is made where one is missing. As root, a replaced file keeps its owner and a new one
-takes its directory's.
+written to a new name in its directory and renamed over the old one, a deletion is a
+rename out of the way, a directory is made where one is missing and removed where the
+session removed it (unless the host put something in it). What a write replaces or
+removes is kept in one directory of the commit's own at the host directory's top
+(``.toolpool-commit-*``: a hard link, or the entry moved there) until the commit is
+whole, and put back from there otherwise. As root, a replaced file keeps its owner
+and a new one takes its directory's.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,13 +66,14 @@ class BaseMarks:
 
 @dataclass(slots=True)
 class _Step:
-    """One change done, and how to undo it."""
+    """One change done, and how to undo it: ``kept`` names what it replaced or
+    removed in the commit's own directory; ``made``, it made the entry."""
 
     directory: int  # an fd of the host directory it happened in (owned)
     name: str
-    backup: str | None = None  # the old entry, kept under this name
-    made: bool = False  # the entry is new: undo removes it
-    mode: int | None = None  # a directory's mode before (a mode change)
+    kept: str | None = None
+    made: bool = False
+    mode: int | None = None  # a directory's mode before (a mode change, or its removal)
 
 
 def _stamp(found: os.stat_result | None) -> tuple[int, ...] | None:
@@ -78,18 +83,24 @@ def _stamp(found: os.stat_result | None) -> tuple[int, ...] | None:
 
 
 class _Host:
-    """The host directory, walked by descriptor."""
+    """The host directory, walked by descriptor, and the commit's own directory at its
+    top (made at the first entry it keeps)."""
 
     def __init__(self, root: Path) -> None:
         self.root = os.open(root, _DIR)
-        self.owner = os.fstat(self.root)
+        self.keep_fd = -1
+        self.keep_name = ""
+        self._kept = 0
 
     def close(self) -> None:
+        if self.keep_fd >= 0:
+            os.close(self.keep_fd)
         os.close(self.root)
 
     def directory(self, parts: Sequence[str], made: list[tuple[int, str]] | None = None) -> int:
         """An fd of the directory ``parts`` (owned by the caller). A missing one is
-        made when ``made`` collects what was made; a symlink on the way is an error."""
+        made when ``made`` collects what was made; a symlink on the way is a
+        CommitConflict."""
         fd = os.dup(self.root)
         for part in parts:
             try:
@@ -106,7 +117,7 @@ class _Host:
                 os.close(fd)
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise CommitConflict(
-                        [part], " (a symlink or file where a directory was)"
+                        ["/".join(parts)], " (a symlink or file where a directory was)"
                     ) from None
                 raise
             os.close(fd)
@@ -131,6 +142,31 @@ class _Host:
         if os.geteuid() == 0:
             found = os.fstat(directory)
             os.fchown(fd, found.st_uid, found.st_gid)
+
+    def keep(self, directory: int, name: str, *, move: bool) -> str:
+        """Keep the entry ``name`` of ``directory`` in the commit's own directory (a
+        hard link, or moved there); its name there."""
+        if self.keep_fd < 0:
+            self.keep_name = f".toolpool-commit-{secrets.token_hex(6)}"
+            os.mkdir(self.keep_name, 0o700, dir_fd=self.root)
+            self.keep_fd = os.open(self.keep_name, _DIR, dir_fd=self.root)
+        self._kept += 1
+        kept = str(self._kept)
+        if move:
+            os.rename(name, kept, src_dir_fd=directory, dst_dir_fd=self.keep_fd)
+        else:
+            os.link(name, kept, src_dir_fd=directory, dst_dir_fd=self.keep_fd,
+                    follow_symlinks=False)  # fmt: skip
+        return kept
+
+    def put_back(self, step: _Step) -> None:
+        assert step.kept is not None
+        os.rename(step.kept, step.name, src_dir_fd=self.keep_fd, dst_dir_fd=step.directory)
+
+    def discard_kept(self) -> None:
+        """The commit is whole: what it kept goes."""
+        if self.keep_fd >= 0:
+            shutil.rmtree(self.keep_name, dir_fd=self.root, ignore_errors=True)
 
 
 _UNKNOWN = -2  # a path no commit wrote
@@ -177,35 +213,33 @@ def commit(
         refused, expected = _check(place, changes, marks, from_base)
         if refused:
             raise CommitConflict(refused)
-        # Deletions from the deepest up (a directory after what it held), then the rest.
+        # Deletions first, the deepest first (a directory after what it held), then
+        # the rest, parents before what they hold.
         deletions = [c for c in changes if c.kind is ChangeKind.DELETED]
         for change in sorted(deletions, key=lambda c: c.path.count("/"), reverse=True):
             _delete(place, change, expected[change.path], steps)
+            expected[change.path] = None  # what takes its place finds nothing there
         for change in changes:
             if change.kind is not ChangeKind.DELETED:
                 _write(place, view, change, expected[change.path], steps, made)
     except BaseException:
-        _undo(steps, made)
-        raise
-    finally:
+        _undo(place, steps, made)
         place.close()
+        raise
+    place.discard_kept()
+    for step in steps:
+        os.close(step.directory)
+    for fd, _ in made:
+        os.close(fd)
     written = []
-    done = _Host(host)
     try:
-        for step in steps:
-            if step.backup is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(step.backup, dir_fd=step.directory)
-            os.close(step.directory)
         for change in changes:
-            after = done.stat(change.path)
+            after = place.stat(change.path)
             if change.type is not EntryType.DIRECTORY:
                 marks.written[change.path] = None if after is None else after.st_ctime_ns
             written.append(change.path)
     finally:
-        done.close()
-        for fd, _ in made:
-            os.close(fd)
+        place.close()
     return written
 
 
@@ -222,18 +256,28 @@ def _delete(
         fd = place.directory(parents)
     except FileNotFoundError:
         return  # gone on the host too
-    if change.type is EntryType.DIRECTORY:
-        try:
-            os.rmdir(name, dir_fd=fd)
-        except OSError:
-            os.close(fd)  # the host keeps what it put there since, and so the directory
+    try:
+        if change.type is EntryType.DIRECTORY:
+            try:
+                mode = stat.S_IMODE(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+                os.rmdir(name, dir_fd=fd)
+            except FileNotFoundError:
+                os.close(fd)
+                return
+            except OSError as exc:
+                if exc.errno == errno.ENOTEMPTY:  # the host put something in it since
+                    raise CommitConflict(
+                        [change.path], " (entries the session never saw)"
+                    ) from None
+                raise
+            steps.append(_Step(fd, name, mode=mode))
             return
-        steps.append(_Step(fd, name, mode=stat.S_IMODE(change.old_mode or 0o755)))
-        return
-    _unchanged(place, change.path, expected)
-    backup = f".toolpool-commit-{secrets.token_hex(6)}"
-    os.rename(name, backup, src_dir_fd=fd, dst_dir_fd=fd)
-    steps.append(_Step(fd, name, backup=backup))
+        _unchanged(place, change.path, expected)
+        steps.append(_Step(fd, name, kept=place.keep(fd, name, move=True)))
+    except BaseException:
+        if not steps or steps[-1].directory != fd:
+            os.close(fd)
+        raise
 
 
 def _write(
@@ -247,22 +291,7 @@ def _write(
     *parents, name = change.path.split("/")
     fd = place.directory(parents, made)
     if change.type is EntryType.DIRECTORY:
-        try:
-            os.mkdir(name, 0o700, dir_fd=fd)
-            step = _Step(fd, name, made=True)
-        except FileExistsError:
-            step = _Step(fd, name)
-        steps.append(step)
-        inside = os.open(name, _DIR, dir_fd=fd)
-        try:
-            before = os.fstat(inside)
-            if step.made:
-                place.own(inside, fd)
-            else:
-                step.mode = stat.S_IMODE(before.st_mode)
-            os.fchmod(inside, change.new_mode if change.new_mode is not None else 0o755)
-        finally:
-            os.close(inside)
+        _directory(place, change, name, fd, steps)
         return
     temporary = f".toolpool-commit-{secrets.token_hex(6)}"
     if change.type is EntryType.SYMLINK:
@@ -280,18 +309,40 @@ def _write(
     try:
         _unchanged(place, change.path, expected)
         if old is not None:
-            step.backup = f".toolpool-commit-{secrets.token_hex(6)}"
-            os.link(name, step.backup, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+            step.kept = place.keep(fd, name, move=False)
         os.rename(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=fd)
-        if step.backup is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(step.backup, dir_fd=fd)
         os.close(fd)
         raise
     steps.append(step)
+
+
+def _directory(place: _Host, change: Change, name: str, fd: int, steps: list[_Step]) -> None:
+    """A directory the session made, or whose mode it changed."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=fd)
+        step = _Step(fd, name, made=True)
+    except FileExistsError:
+        step = _Step(fd, name)
+    steps.append(step)
+    try:
+        inside = os.open(name, _DIR, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise CommitConflict(
+                [change.path], " (a symlink or file where a directory was)"
+            ) from None
+        raise
+    try:
+        if step.made:
+            place.own(inside, fd)
+        else:
+            step.mode = stat.S_IMODE(os.fstat(inside).st_mode)
+        os.fchmod(inside, change.new_mode if change.new_mode is not None else 0o755)
+    finally:
+        os.close(inside)
 
 
 def _copy_in(view: Tree, change: Change, temporary: str, directory: int) -> None:
@@ -313,29 +364,30 @@ def _copy_in(view: Tree, change: Change, temporary: str, directory: int) -> None
         os.close(source)
 
 
-def _undo(steps: list[_Step], made: list[tuple[int, str]]) -> None:
+def _undo(place: _Host, steps: list[_Step], made: list[tuple[int, str]]) -> None:
     """Put back what ``steps`` changed, the last first, then remove the directories
-    made on the way."""
+    made on the way and the commit's own directory."""
     for step in reversed(steps):
         with contextlib.suppress(OSError):
-            if step.backup is not None:
-                os.rename(
-                    step.backup, step.name, src_dir_fd=step.directory, dst_dir_fd=step.directory
-                )
-            elif step.made:
+            if step.made:
                 try:
                     os.unlink(step.name, dir_fd=step.directory)
                 except IsADirectoryError:
                     os.rmdir(step.name, dir_fd=step.directory)
+            if step.kept is not None:
+                place.put_back(step)
             elif step.mode is not None:
                 try:
                     inside = os.open(step.name, _DIR, dir_fd=step.directory)
                     os.fchmod(inside, step.mode)
                     os.close(inside)
-                except FileNotFoundError:  # a deleted directory: made again
+                except FileNotFoundError:  # a removed directory: made again
                     os.mkdir(step.name, step.mode, dir_fd=step.directory)
         os.close(step.directory)
     for fd, name in reversed(made):
         with contextlib.suppress(OSError):
             os.rmdir(name, dir_fd=fd)
         os.close(fd)
+    if place.keep_fd >= 0:
+        with contextlib.suppress(OSError):
+            os.rmdir(place.keep_name, dir_fd=place.root)
