@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -300,11 +300,13 @@ class SessionOptions:
             if getattr(self, f.name) != _DEFAULTS[f.name]
         }
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, *, also: Collection[str] = ()) -> dict[str, Any]:
         """``OpenSession.options``: the options given, in plain JSON form, which
-        ``parse`` reads back to these options."""
+        ``parse`` reads back to these options; ``also`` names options to carry even at
+        their default (a fork's, which go over its parent's)."""
         wire: dict[str, Any] = {}
-        for name, value in self.given().items():
+        values = self.given() | {name: getattr(self, name) for name in also}
+        for name, value in values.items():
             if name == "policy":
                 value = [rule.to_dict() for rule in value]
             elif isinstance(value, tuple):

@@ -183,7 +183,7 @@ def fork(
         given = SessionOptions.parse(options)
     except SessionOptionError as exc:
         raise RequestFailed("bad_request", str(exc)) from None
-    wire_options = {name: value for name, value in given.to_wire().items() if name in options}
+    wire_options = given.to_wire(also=options.keys())
 
     def forked(data: Mapping[str, Any]) -> list[str]:
         ids = [str(i) for i in data["session_ids"]]

@@ -160,11 +160,8 @@ class Branches:
                     assert layer is not None
                     if stopped is None:
                         stopped = await self._sandboxes.stop_sandboxes(session_id)
-                    try:
-                        await self.run(session_id, functools.partial(_squash, layer, merge))
-                    except OSError as exc:
-                        log.warning("checkpoints of session %s stay unmerged: %s", session_id, exc)
-                        break
+                    squash = functools.partial(_squash, layer, merge, session_id)
+                    merge = await self.run(session_id, squash)
                 history.merged(merge)
         finally:
             if stopped:
@@ -259,12 +256,28 @@ class Branches:
         self._sessions.clear()
 
 
-def _squash(layer: SessionLayer, merge: Merge) -> None:
-    """The layers ``merge`` squashes, squashed and swapped in (nothing runs)."""
+def _squash(layer: SessionLayer, merge: Merge, session_id: str) -> Merge:
+    """The layers ``merge`` squashes, squashed and swapped in (nothing runs); the
+    merge as it was carried out. Two layers that cannot be squashed (their tmpfs
+    too full for the copy) stay apart: the checkpoint is merged all the same, its
+    overlay stacking one layer more."""
+    done = []
     for name, first in merge.squash:
         overlay = layer.overlays[name]
-        merged = squash(overlay, first, layer, f"m{secrets.token_hex(4)}")
+        try:
+            merged = squash(overlay, first, layer, f"m{secrets.token_hex(4)}")
+        except OSError as exc:
+            log.warning(
+                "two layers of %s stay apart in the merge of checkpoint %s: %s",
+                name,
+                merge.dropped,
+                exc,
+                extra={"session": session_id},
+            )
+            continue
         overlay.replace(first, first + 1, merged)
+        done.append((name, first))
+    return Merge(merge.dropped, merge.into, tuple(done))
 
 
 def _changed_paths(

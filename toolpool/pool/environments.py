@@ -92,14 +92,7 @@ class SessionSandboxes:
         self._opened = True
         processes = self._processes
         directory = processes.runtime_dir / "s"  # short: a socket's path fits in 108 bytes
-        left = list(directory.glob("*.l")) if directory.is_dir() else []
         remove_layers(directory)  # a dead daemon's sockets and layers
-        if left:  # their checkpoints and forks with them (B11): said, not silently lost
-            log.warning(
-                "removed the layers of %d sessions of a daemon that ended (their "
-                "checkpoints and forks are gone)",
-                len(left),
-            )
         directory.mkdir(mode=0o700)
         self._directory = directory
         self._profile, self._policy = processes.profile, processes.policy
@@ -178,8 +171,20 @@ class SessionSandboxes:
                     exc if isinstance(exc, SandboxStartError) else SandboxStartError(str(exc))
                 )
             elif not self._open or self._entries.get(key) is not entry:
-                self._in_thread_close(done.result())  # its session closed meanwhile
-                entry.ready.set_exception(SandboxStartError("its session closed"))
+                # Its session closed, or its layers are to change (B1), meanwhile: it
+                # ends first, and only then is whoever waits for it told.
+                def ended(_: object) -> None:
+                    entry.ready.set_exception(SandboxStartError("its session closed"))
+                    entry.ready.exception()
+
+                try:
+                    closing = loop.run_in_executor(self._threads, done.result().close)
+                except RuntimeError:  # the pool is closing: its threads are gone
+                    done.result().close()
+                    ended(None)
+                    return
+                closing.add_done_callback(ended)
+                return
             else:
                 entry.ready.set_result(done.result())
                 self._holders = self._holders | {done.result().pid}
