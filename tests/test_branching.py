@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -293,7 +294,13 @@ def test_B3_a_fork_at_a_checkpoint_is_a_session_with_its_parents_read_register(
                 assert sh(session, "pwd; echo $CARRIED") == f"{workspace}/sub\nyes"
                 ok(call(session, "edit", path="notes.txt", old_string="one", new_string="two"))
             status = client.status()["sessions"]
-            assert {fork.id, grandchild.id} <= status.keys()
+            assert status[grandchild.id]["environment"]["forked_from"] == fork.id
+            assert status[fork.id]["environment"]["checkpoints"] >= 1
+            shown = subprocess.run(
+                [sys.executable, "-m", "toolpool", "status", "--runtime-dir", str(daemon.runtime)],
+                capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "300"},
+            ).stdout  # fmt: skip
+            assert f"forked from {fork.id}" in shown
             # Options it may not change are refused, saying why
             with pytest.raises(RequestFailed, match="keeps its parent's root"):
                 parent.fork(root="host")
