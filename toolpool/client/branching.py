@@ -33,7 +33,7 @@ class Checkpoint:
     whose end it is (None for the session's start or one asked for), ``time`` in
     seconds since the epoch, ``paths`` what its layers changed (absolute; at most
     1000, then ``paths_truncated``), ``merged`` the older checkpoints folded into it
-    (B5)."""
+    (B5), ``duration_ms`` what making it took in the daemon."""
 
     id: str
     turn_id: str | None
@@ -42,6 +42,7 @@ class Checkpoint:
     paths: tuple[str, ...]
     paths_truncated: bool = False
     merged: tuple[str, ...] = ()
+    duration_ms: float = 0.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Checkpoint:
@@ -53,6 +54,7 @@ class Checkpoint:
             tuple(data.get("paths") or ()),
             bool(data.get("paths_truncated")),
             tuple(data.get("merged") or ()),
+            float(data.get("duration_ms") or 0.0),
         )
 
 

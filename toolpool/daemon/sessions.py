@@ -171,7 +171,7 @@ class Sessions:
         if self.pool is None:
             raise BadRequest(FailureCode.BAD_REQUEST, f"{shown}: image roots need worker pools")
         try:
-            self.pool.shells.sandboxes.admit_image(options.root.image)
+            self.pool.shells.sandboxes.layers.admit_image(options.root.image)
         except ImageError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, f"{shown}: {exc}") from None
 

@@ -82,7 +82,7 @@ class WorkspaceChanges:
             with self._compared(session_id, None) as (_, new, found):
                 if not found:
                     return []
-                layer = self._sandboxes.layer(session_id)
+                layer = self._sandboxes.layers.get(session_id)
                 assert layer is not None
                 overlay = layer.overlays["w"]
                 return commit(
@@ -101,7 +101,7 @@ class WorkspaceChanges:
         target = parent / target.name
         if os.path.lexists(target):
             raise BranchRefused(f"export to {destination!r}: it exists (nothing is overwritten)")
-        for denied in self._sandboxes.denied():
+        for denied in [*self._sandboxes.layers.denied(), self._sandboxes.runtime_dir]:
             if is_under(str(target), str(denied)) or is_under(str(denied), str(target)):
                 raise BranchRefused(f"export to {destination!r}: the daemon writes nothing there")
         return target
@@ -121,7 +121,7 @@ class WorkspaceChanges:
         and the layers in between (seen from here)."""
         branch = self._branches.branch(session_id)
         depth = 0 if since is None else branch.history.find(since).depth("w")
-        layer = self._sandboxes.layer(session_id)
+        layer = self._sandboxes.layers.get(session_id)
         overlay = None if layer is None else layer.overlays.get("w")
         if layer is None or overlay is None or layer.workspace_view is None:
             with Tree(branch.workspace) as old, Tree(branch.workspace) as new:

@@ -126,7 +126,7 @@ class Branches:
         """``work`` in a branch thread, holding the session's layer lock."""
 
         def locked() -> T:
-            with self._sandboxes.layer_lock(session_id):
+            with self._sandboxes.layers.lock(session_id):
                 return work()
 
         return await asyncio.get_running_loop().run_in_executor(self._threads, locked)
@@ -148,8 +148,9 @@ class Branches:
                     "checkpoint freezes only layers no process can write; stop them first"
                 )
             return history.skip(turn_id, time.time(), running)
-        layer = self._sandboxes.layer(session_id)
+        layer = self._sandboxes.layers.get(session_id)
         stopped = None
+        began = time.perf_counter()
         try:
             if layer is not None and await self.run(session_id, layer.changed):
                 stopped = await self._sandboxes.stop_sandboxes(session_id)
@@ -166,6 +167,7 @@ class Branches:
         finally:
             if stopped:
                 self._sandboxes.restart(stopped)
+        history.took((time.perf_counter() - began) * 1000)
         return history.latest
 
     async def rewind(self, session_id: str, checkpoint_id: str) -> Rewound:
@@ -174,7 +176,7 @@ class Branches:
         history = self.history(session_id)
         target = history.find(checkpoint_id)
         shells = await self._shells.stop(session_id, "the session was rewound")
-        layer = self._sandboxes.layer(session_id)
+        layer = self._sandboxes.layers.get(session_id)
         if layer is not None:
             stopped = await self._sandboxes.stop_sandboxes(session_id)
             try:
@@ -199,7 +201,7 @@ class Branches:
                     "fork of now freezes its layers: stop them, or fork at a checkpoint"
                 )
             point = history.latest
-            layer = self._sandboxes.layer(parent_id)
+            layer = self._sandboxes.layers.get(parent_id)
             if layer is not None and await self.run(parent_id, layer.changed):
                 made = await self.checkpoint(parent_id, turn_id=None, label="fork")
                 assert isinstance(made, Checkpoint)
@@ -208,10 +210,15 @@ class Branches:
             point = history.find(at)
         workspace = self.branch(parent_id).workspace
         loop = asyncio.get_running_loop()
+        layers = self._sandboxes.layers
+        # A parent without layers yet (nothing ran) gives its forks nothing to stack.
+        directory = None if layers.get(parent_id) is None else self._sandboxes.layers_directory()
         for child in children:
-            made_layer = await loop.run_in_executor(
-                self._threads, self._sandboxes.fork_layer, child, parent_id, point.depths
-            )
+            made_layer = None
+            if directory is not None:
+                made_layer = await loop.run_in_executor(
+                    self._threads, layers.forked, child, parent_id, point.depths, directory
+                )
             depths = {} if made_layer is None else made_layer.depths()
             self.opened(child.session_id, workspace, limit, parent=parent_id, depths=depths)
         return point
@@ -220,7 +227,7 @@ class Branches:
         """The checkpoints, oldest first, each with the paths its layers changed, and
         the turns' ends that made none."""
         branch = self.branch(session_id)
-        layer = self._sandboxes.layer(session_id)
+        layer = self._sandboxes.layers.get(session_id)
         history = branch.history
         items = list(history.items)
 
@@ -241,6 +248,7 @@ class Branches:
                     "paths": shown,
                     "paths_truncated": cut,
                     "merged": list(item.merged),
+                    "duration_ms": round(item.duration_ms, 3),
                 }
                 for item, (shown, cut) in zip(items, listed, strict=True)
             ],

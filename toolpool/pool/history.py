@@ -39,7 +39,8 @@ class UnknownCheckpoint(KeyError):
 class Checkpoint:
     """One checkpoint: ``turn_id`` (None for the session's start or one made on
     demand), ``time`` (seconds since the epoch), ``label``, the overlays' ``depths``
-    then, and the ids of older checkpoints ``merged`` into it."""
+    then, the ids of older checkpoints ``merged`` into it, and how long making it took
+    (``duration_ms``: its layers frozen, its sandboxes ended first)."""
 
     id: str
     turn_id: str | None
@@ -47,6 +48,7 @@ class Checkpoint:
     label: str | None
     depths: Mapping[str, int]
     merged: tuple[str, ...] = ()
+    duration_ms: float = 0.0
 
     def depth(self, overlay: str) -> int:
         return self.depths.get(overlay, 0)
@@ -92,12 +94,22 @@ class History:
         return self.items[-1]
 
     def add(
-        self, depths: Mapping[str, int], now: float, turn_id: str | None, label: str | None
+        self,
+        depths: Mapping[str, int],
+        now: float,
+        turn_id: str | None,
+        label: str | None,
+        duration_ms: float = 0.0,
     ) -> Checkpoint:
         """A new checkpoint at the overlays' ``depths``."""
-        made = Checkpoint(new_id(), turn_id, now, label, MappingProxyType(dict(depths)))
+        depths = MappingProxyType(dict(depths))
+        made = Checkpoint(new_id(), turn_id, now, label, depths, duration_ms=duration_ms)
         self.items.append(made)
         return made
+
+    def took(self, duration_ms: float) -> None:
+        """The latest checkpoint took ``duration_ms`` in all (its merges included)."""
+        self.items[-1] = replace(self.items[-1], duration_ms=duration_ms)
 
     def skip(self, turn_id: str | None, now: float, shells: tuple[str, ...]) -> Skipped:
         """A turn's end with no checkpoint, and why."""

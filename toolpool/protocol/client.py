@@ -208,7 +208,7 @@ class Branch:
     whose workspace is an overlay (SPEC B1–B10), between its turns (a turn running
     or waiting: ``Error`` ``busy``). Answer: ``Reply`` whose ``data`` is, by
     ``action``: ``checkpoint`` the new checkpoint (``id``, ``turn_id``, ``time``,
-    ``label``, ``paths``, ``paths_truncated``, ``merged``); ``checkpoints``
+    ``label``, ``paths``, ``paths_truncated``, ``merged``, ``duration_ms``); ``checkpoints``
     ``{"checkpoints": [...], "skipped": [...], "max_checkpoints"}``; ``rewind``
     ``{"checkpoint", "forgot", "shells_stopped"}``; ``fork`` ``{"session_ids", "at"}``
     (sessions of this client); ``changes`` ``{"changes": [{"path", "kind", "type",
