@@ -8,19 +8,26 @@ or an image's layers, read-only below) and of its workspace (the host directory)
     layer.mount_workspace(workspace)                    # an overlay of the workspace
     SessionSandbox.start(..., root=layer.root_args())   # bubblewrap binds it as /
     layer.used_bytes()                                  # what the session wrote
+    layer.freeze(); mark = layer.depths()               # a checkpoint (B1)
+    layer.rewind(mark)                                  # back to it (B2)
+    fork.mount_workspace(workspace, layer.inherit(mark))  # a fork's, on these (B3)
     layer.remove()                                      # unmounted, gone
 
 Writes anywhere in the root (``pip install`` into /usr/local, /etc) or the workspace
 land in the upper layers; the lower layers never change; whatever the layer holds is
-gone when it is removed. An overlay of the host's root covers its root file system
-only: other host mounts under it show as empty directories (or their mount points'
-contents) unless the sandbox binds them (the roots, /dev, /proc, the private /tmp and
-/run are its own). A directory renamed inside is moved by overlayfs's
-``redirect_dir``; a file is copied up whole on its first write. A full layer is
-ENOSPC for the command or the file tool that filled it.
+gone when it is removed (or, for the layers it froze, when no fork stacks them any
+more). Each overlay is a stack of layers (``layer_stack.Overlay``): checkpoints freeze
+its upper layer, rewinds drop layers, forks stack theirs on it.
 
-Mounting needs CAP_SYS_ADMIN in the host's namespaces: a daemon run as another user
-gets a clear refusal (its sessions' commands are refused, never run on the host's).
+An overlay of the host's root covers its root file system only: other host mounts
+under it show as empty directories (or their mount points' contents) unless the
+sandbox binds them (the roots, /dev, /proc, the private /tmp and /run are its own). A
+directory renamed inside is moved by overlayfs's ``redirect_dir``; a file is copied up
+whole on its first write. A full layer is ENOSPC for the command or the file tool that
+filled it.
+
+A daemon run as root mounts them in the host's namespaces; any other in a user
+namespace of its own (``layer_holder.py``, V17).
 """
 
 from __future__ import annotations
