@@ -26,7 +26,7 @@ from toolpool import AsyncClient, Client, ToolCall, ToolResult
 from toolpool.client import CommitConflict, RequestFailed
 from toolpool.sandbox.profile import SandboxProfile
 
-from .daemon_support import Daemon, shared_daemon
+from .daemon_support import Daemon, running_daemon, shared_daemon, start_daemon
 from .shell_support import call, start, wait_until
 
 pytestmark = [
@@ -559,3 +559,63 @@ def test_B10_a_commit_applies_the_changes_and_refuses_host_changes(
         assert sorted(written) == ["a.txt", "c.txt", "n", "n/new.txt"]
         assert host_listing(workspace) == listing(session)
         assert session.changes() == []
+
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+@pytest.mark.spec("B2")
+@pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="needs Debian's python3")
+def test_B2_a_rewind_uninstalls_a_package_a_fork_never_had(client: Client, workspace: Path) -> None:
+    package = f"tpbranch{os.getpid()}"
+    (workspace / package).mkdir()
+    (workspace / package / "__init__.py").write_text("ANSWER = 42\n")
+    setup = f"setup(name={package!r}, version='1', packages=[{package!r}])"
+    (workspace / "setup.py").write_text(f"from setuptools import setup\n{setup}\n")
+    install = (
+        f"{SYSTEM_PYTHON} -m pip install --no-index --no-build-isolation "
+        "--break-system-packages --no-cache-dir -q ."
+    )
+    # -I: not from the workspace (the current directory), only from site-packages
+    show = f"{SYSTEM_PYTHON} -I -c 'import {package}; print({package}.ANSWER)'"
+    with client.session(workspace, workspace_mode="overlay", root="overlay") as session:
+        sh(session, "true")
+        before = session.checkpoints()[-1]
+        (fork,) = session.fork()
+        try:
+            # Given the package installed into the session's system site-packages
+            installed = call(session, "bash", command=install, timeout=300)
+            assert installed.text.endswith("Exit code: 0"), installed.text
+            assert sh(session, show) == "42"
+            # Then the fork made before never has it, and a rewind takes it away
+            assert "No module named" in call(fork, "bash", command=show).text
+            session.rewind(before.id)
+            assert "No module named" in call(session, "bash", command=show).text
+        finally:
+            fork.close()
+
+
+@pytest.mark.spec("B11")
+def test_B11_a_dead_daemons_checkpoints_and_forks_are_removed_and_said(
+    tmp_path: Path, workspace: Path
+) -> None:
+    runtime = tmp_path / "rt"
+    first = start_daemon(tmp_path, runtime=runtime)
+    try:
+        with (
+            Client(runtime_dir=runtime, timeout=60) as crashing,
+            crashing.session(workspace, workspace_mode="overlay") as session,
+        ):
+            sh(session, "echo x > frozen.txt")
+            session.fork(2)
+            assert len(list(runtime.glob(f"workers-{first.pid}/s/*.l"))) == 3
+            first.process.kill()  # a crash: its layers stay mounted
+            first.process.wait()
+    finally:
+        if first.process.poll() is None:
+            first.process.kill()
+            first.process.wait()
+    with running_daemon(tmp_path, runtime=runtime) as second:
+        assert not (runtime / f"workers-{first.pid}").exists()
+        said = [line["msg"] for line in second.log_lines() if line["level"] == "warning"]
+        assert any("layers of 3 sessions" in msg and "checkpoints" in msg for msg in said)
