@@ -132,9 +132,16 @@ def test_B1_a_running_background_shell_skips_the_turns_checkpoint_and_tmp_carrie
         assert listed.skipped[-1].turn_id == turn.id and len(listed.skipped) == 2
         assert all(s.shells == (shell_id,) for s in listed.skipped)
         assert all(c.turn_id != turn.id for c in listed)
-        # And one asked for is refused while it runs
+        # And one asked for is refused while it runs, and so is a fork of now; a fork at
+        # a checkpoint copies no process: it has no background shell
         with pytest.raises(RequestFailed, match=shell_id):
             session.checkpoint()
+        with pytest.raises(RequestFailed, match=shell_id):
+            session.fork()
+        (fork,) = session.fork(at=listed[-1].id)
+        assert client.status()["sessions"][fork.id]["shells"] == []
+        assert sh(fork, "cat /tmp/b1-tmp 2>&1; true").startswith("cat:")  # nor /tmp
+        fork.close()
         # Once it ended, the next turn's end is a checkpoint of everything since
         ok(call(session, "kill_shell", shell_id=shell_id))
         assert str(workspace / "during.txt") in session.checkpoints()[-1].paths

@@ -267,6 +267,11 @@ class Branching:
                 opener.end(child)
             raise
         for child in children:
+            if opener.table.get(child.session.id) is not child:
+                # Ended while its layers were made (its client left): they go now.
+                await self.pool.shells.end_session(child.session.id)
+                self.pool.branches.closed(child.session.id)
+                continue
             child.checkpoints = True
             child.session.files = parent.files.copy()
             child.session.files.rejudge()
