@@ -108,6 +108,7 @@ def test_B1_every_turns_end_is_a_checkpoint_listed_oldest_first(
         assert listed[3].turn_id == third.id and listed[3].paths == ()
         assert listed[1].paths == (str(workspace / "a.txt"),)
         assert set(listed[2].paths) == {str(workspace / "b.txt"), "/usr/local/b1/x"}
+        assert not any(c.paths_truncated for c in listed)  # past 1000 paths, it would say
         assert listed[-1] == labelled and listed.max_checkpoints == 50
         assert listed[-1].time >= listed[0].time
         assert len({c.id for c in listed}) == len(listed)
