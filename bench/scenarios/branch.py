@@ -18,9 +18,10 @@ For workspaces of 1k, 10k and 100k files of 16 bytes (1k and 5k in the quick ben
 
 ``disk per fork``: what a fork's tmpfs holds after it wrote one small file, beside the
 tree's size. And 32 forks of one prepared session (10k files, 2k in the quick bench,
-and a changed file), each running a command at once: all must succeed; memory per
-fork is its sandbox's resident memory (bubblewrap, the holder, their children) and
-its layer's bytes.
+and a changed file), each running a command at once (a daemon of 32 workers): all
+must succeed; memory per fork is its sandbox's resident memory (bubblewrap, the
+holder, the command) read while they all run, and its layer's bytes (the workers are
+the pool's, shared by every session).
 """
 
 from __future__ import annotations
@@ -95,8 +96,14 @@ def run(quick: bool, workspace: Path) -> dict[str, Any]:
         place = Path(tmp)
         for files in _sizes(quick):
             found["sizes"][str(files)] = _one_size(client, place / str(files), files, rounds)
+    # At once means a worker each: a daemon of FORKS_AT_ONCE workers for that part.
+    with (
+        tempfile.TemporaryDirectory(prefix="toolpool-bench-branch-", dir=workspace) as tmp,
+        daemon(FORKS_AT_ONCE, *flags) as running,
+        Client(runtime_dir=running.runtime, timeout=300) as client,
+    ):
         at_once = 2000 if quick else 10_000
-        found["forks_at_once"] = _forks_at_once(client, place / "at-once", at_once)
+        found["forks_at_once"] = _forks_at_once(client, Path(tmp) / "at-once", at_once)
     return found
 
 
@@ -193,25 +200,16 @@ def _forks_at_once(client: Client, place: Path, files: int) -> dict[str, Any]:
         forked_ms = (time.perf_counter() - began) * 1000
         try:
             began = time.perf_counter()
+            # Each command holds its sandbox a moment, so that all 32 run at once and
+            # their memory is read while they do (a turn's end ends its sandbox).
+            command = "cat prepared.txt; echo {n} > n; sleep 1"
             turns = [
-                fork.submit([ToolCall("c", "bash", {"command": f"cat prepared.txt; echo {n} > n"})])
+                fork.submit([ToolCall("c", "bash", {"command": command.format(n=n)})])
                 for n, fork in enumerate(forks)
             ]
+            rss, layers = _while_running(client, [fork.id for fork in forks])
             results = [turn.results()[0] for turn in turns]
             ran_ms = (time.perf_counter() - began) * 1000
-            status = client.status()["sessions"]
-            rss, layers = [], []
-            for fork in forks:
-                info = status[fork.id]
-                layers.append(float(info["environment"].get("layer_used_bytes", 0)))
-                total = 0
-                for box in info["sandboxes"]:
-                    if "pid" not in box:
-                        continue
-                    holder = psutil.Process(int(box["pid"]))
-                    processes = [holder, holder.parent(), *holder.children(recursive=True)]
-                    total += sum(p.memory_info().rss for p in processes if p is not None)
-                rss.append(total)
         finally:
             for fork in forks:
                 fork.close()
@@ -225,6 +223,31 @@ def _forks_at_once(client: Client, place: Path, files: int) -> dict[str, Any]:
         "rss_per_fork_mib": round(statistics.median(rss) / 2**20, 2),
         "layer_per_fork_bytes": statistics.median(layers),
     }
+
+
+def _while_running(client: Client, session_ids: list[str]) -> tuple[list[int], list[float]]:
+    """Each session's sandbox's resident memory and its layer's bytes, read once every
+    session's sandbox runs (or after a hang guard of 60 s, with what runs then)."""
+    deadline = time.monotonic() + 60
+    while True:
+        status = client.status()["sessions"]
+        boxes = {s: [b for b in status[s]["sandboxes"] if "pid" in b] for s in session_ids}
+        if all(boxes.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    rss, layers = [], []
+    for session_id in session_ids:
+        layers.append(float(status[session_id]["environment"].get("layer_used_bytes", 0)))
+        total = 0
+        for box in boxes[session_id]:
+            try:
+                holder = psutil.Process(int(box["pid"]))
+                processes = [holder, holder.parent(), *holder.children(recursive=True)]
+                total += sum(p.memory_info().rss for p in processes if p is not None)
+            except psutil.Error:
+                continue  # ended meanwhile: counted as nothing
+        rss.append(total)
+    return rss, layers
 
 
 def report(data: dict[str, Any]) -> list[str]:
