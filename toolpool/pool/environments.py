@@ -253,7 +253,8 @@ class SessionSandboxes:
         if layer.workspace_merged is not None:
             views[os.path.realpath(context.workspace)] = str(layer.workspace_merged)
         if tmp_bytes:
-            views["/tmp"] = str(layer.mount_tmp(tmp_bytes))
+            with self.layers.lock(context.session_id):  # one for its sandboxes, made once
+                views["/tmp"] = str(layer.mount_tmp(tmp_bytes))
         return root, views, layer.enter_argv()
 
     async def stop_sandboxes(self, session_id: str) -> list[tuple[CallContext, Limits]]:
