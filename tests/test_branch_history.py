@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolpool.pool.history import History, Merge, UnknownCheckpoint
+from toolpool.pool.history import SKIPPED_KEPT, History, Merge, UnknownCheckpoint
 
 
 def test_B1_the_start_is_the_first_checkpoint_and_each_turn_adds_one() -> None:
@@ -29,11 +29,16 @@ def test_B1_the_start_is_the_first_checkpoint_and_each_turn_adds_one() -> None:
     )
 
 
-def test_B1_a_turn_skipped_is_said_with_its_shells() -> None:
+@pytest.mark.spec("B1")
+def test_B1_a_turn_skipped_is_said_with_its_shells_and_the_list_stays_bounded() -> None:
     history = History({}, now=1.0, limit=50)
     skipped = history.skip("t1", 2.0, ("ab12", "cd34"))
     assert history.skipped == [skipped] and skipped.shells == ("ab12", "cd34")
     assert len(history) == 1  # no checkpoint was made
+    # A dev server that runs for a thousand turns: the latest are said, no more
+    for n in range(1000):
+        history.skip(f"t{n}", 3.0, ("ab12",))
+    assert len(history.skipped) == SKIPPED_KEPT and history.skipped[-1].turn_id == "t999"
 
 
 @pytest.mark.spec("B2")

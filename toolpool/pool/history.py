@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 DEFAULT_MAX_CHECKPOINTS = 50
+SKIPPED_KEPT = 100  # the turns' ends without a checkpoint a session's list keeps
 
 
 class UnknownCheckpoint(KeyError):
@@ -112,9 +113,11 @@ class History:
         self.items[-1] = replace(self.items[-1], duration_ms=duration_ms)
 
     def skip(self, turn_id: str | None, now: float, shells: tuple[str, ...]) -> Skipped:
-        """A turn's end with no checkpoint, and why."""
+        """A turn's end with no checkpoint, and why (the latest SKIPPED_KEPT are kept:
+        a dev server that runs for a thousand turns skips a thousand ends)."""
         skipped = Skipped(turn_id, now, shells)
         self.skipped.append(skipped)
+        del self.skipped[:-SKIPPED_KEPT]
         return skipped
 
     def find(self, checkpoint_id: str) -> Checkpoint:
