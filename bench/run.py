@@ -31,6 +31,7 @@ from bench import plots as plotting
 from bench import report
 from bench.common import REPO, dump, machine
 from bench.scenarios import (
+    branch,
     confinement,
     cpu,
     environment,
@@ -57,6 +58,7 @@ SCENARIOS = (
     "recovery",
     "confinement",
     "environment",
+    "branch",
     "peers",
     "soak",
     "flood",
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = confinement.run(args.quick, workspace)
             elif name == "environment":
                 data[name] = environment.run(args.quick, workspace)
+            elif name == "branch":
+                data[name] = branch.run(args.quick, workspace)
             elif name == "peers":
                 data[name] = peers.run(args.quick, workspace)
             elif name == "soak":

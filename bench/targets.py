@@ -105,6 +105,60 @@ def cpu_targets(cpu: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
+def branch_targets(br: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A session branches (SPEC B1–B4): fork and checkpoint flat in the tree's size,
+    rewind, disk per fork, forks at once."""
+    if "skipped" in br:
+        return [("branch: fork, checkpoint, rewind", br["skipped"], "n/a")]
+    sizes = list(br["sizes"].values())
+    out = []
+    for name, bound in (("fork", 5.0), ("checkpoint", 5.0)):
+        p50 = [s["p50_ms"][name] for s in sizes]
+        shown = ", ".join(
+            f"{num(v, 2)} ms at {s['files']} files" for v, s in zip(p50, sizes, strict=True)
+        )
+        # Flat: the largest tree's no more than twice the smallest's (noise, not growth).
+        flat = max(p50) <= 2 * min(p50) + 0.5
+        out.append(
+            (
+                f"{name} p50 ≤ {bound:g} ms, flat in the tree's size",
+                f"{shown} (cp -a of the largest: {num(sizes[-1]['p50_ms']['cp -a'], 0)} ms)",
+                "met" if all(within(v, bound) for v in p50) and flat else "missed",
+            )
+        )
+    rewind = [s["p50_ms"]["rewind"] for s in sizes]
+    out.append(
+        (
+            "rewind p50 ≤ 20 ms",
+            ", ".join(
+                f"{num(v, 2)} ms at {s['files']} files" for v, s in zip(rewind, sizes, strict=True)
+            ),
+            "met" if all(within(v, 20) for v in rewind) else "missed",
+        )
+    )
+    own = all(s["fork_disk_bytes"] < s["tree_bytes"] for s in sizes if s["files"] >= 10_000)
+    out.append(
+        (
+            "disk per fork: its own changes only",
+            ", ".join(
+                f"{s['fork_disk_bytes'] / 1024:.0f} KiB for a {s['tree_bytes'] / 1024:.0f} KiB tree"
+                for s in sizes
+            ),
+            "met" if own else "missed",
+        )
+    )
+    at_once = br["forks_at_once"]
+    out.append(
+        (
+            f"{at_once['forks']} forks of one prepared session each running a command at once",
+            f"{at_once['succeeded']} succeeded; {at_once['rss_per_fork_mib']:.1f} MiB resident "
+            f"and {at_once['layer_per_fork_bytes'] / 1024:.0f} KiB of layer per fork",
+            "met" if at_once["succeeded"] == at_once["forks"] else "missed",
+        )
+    )
+    return out
+
+
 def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, measured, verdict) for every target the data can answer."""
     rows: list[tuple[str, str, str]] = []
@@ -329,6 +383,8 @@ def targets(data: dict[str, Any]) -> list[tuple[str, str, str]]:
         )
     if sh := data.get("shells"):
         rows += shell_targets(sh)
+    if br := data.get("branch"):
+        rows += branch_targets(br)
     conf = data.get("confinement")
     if conf:
         check(

@@ -32,6 +32,7 @@ SCENARIOS = (
     "recovery",
     "confinement",
     "environment",
+    "branch",
     "peers",
     "soak",
     "flood",
@@ -140,6 +141,18 @@ def test_quick_bench_writes_every_scenario_with_its_samples(
     if "overlay root" in environment:  # its layer holds apt's sandbox setting at least
         assert environment["overlay root"]["idle_layer_bytes"] > 0
 
+    branch = data["branch"]  # B1–B4: a daemon run as root, else said why not
+    if "skipped" not in branch:
+        assert list(branch["sizes"]) == ["1000", "5000"]  # quick: small trees
+        for size in branch["sizes"].values():
+            assert set(size["p50_ms"]) == {
+                "fork", "checkpoint", "rewind", "cp -a", "git worktree add", "git stash",
+                "git checkout -- .",
+            }  # fmt: skip
+            assert all(len(v) == branch["rounds"] for v in size["samples_ms"].values())
+            assert size["fork_disk_bytes"] > 0
+        assert branch["forks_at_once"]["succeeded"] == branch["forks_at_once"]["forks"] == 32
+
     peers = data["peers"]["throughput_calls_per_second"]
     assert {"ProcessPoolExecutor", "multiprocess.Pool", "toolpool"} <= set(peers)
     assert all(set(rates) == {"no-op", "sleep 20 ms", "cpu 20 ms"} for rates in peers.values())
@@ -159,6 +172,7 @@ def test_quick_bench_reports_targets_tables_and_plots(quick_run: tuple[Path, Pat
         "## Interrupts",
         "## Recovery",
         "## Environment",
+        "## Branch",
         "## Peers",
         "## Memory at idle",
         "## Soak",
@@ -186,6 +200,8 @@ def test_quick_bench_reports_targets_tables_and_plots(quick_run: tuple[Path, Pat
         "in-process one-call turn",
         "the in-process applier",
         "end trees",
+        "fork p50 ≤ 5 ms",
+        "rewind p50 ≤ 20 ms",
     ):
         assert any(words in line for line in targets), words
     # every target is judged met or missed, but Ray where it is not installed, the

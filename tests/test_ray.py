@@ -390,6 +390,36 @@ def test_sessions_spread_over_the_nodes_and_status_adds_them_up(
     assert status["sessions"] == status["cluster_sessions"] == 0
 
 
+@pytest.mark.spec("B12")
+@pytest.mark.skipif(os.geteuid() != 0, reason="a workspace overlay needs a daemon run as root")
+def test_B12_forks_of_a_cluster_session_are_on_its_node_and_keep_its_workspace(
+    ray_nodes: Cluster, pool: ToolpoolCluster, project: Path
+) -> None:
+    worker = node_ids(ray_nodes)[1]
+    # Given a session on the worker node, on a workspace the cluster made there
+    parent = pool.session(pack(project), node=worker, workspace_mode="overlay")
+    parent.submit([call("w", "write", path="parent.txt", content="p")]).results(timeout=30)
+    # When it forks
+    first, second = parent.fork(2)
+    # Then the forks are sessions of the same node's daemon, on the same workspace
+    assert first.node_id == second.node_id == worker
+    assert first.workspace == parent.workspace
+    daemon = pool.status()["nodes"][worker]["daemon"]
+    assert {parent.id, first.id, second.id} <= daemon["sessions"].keys()
+    (read,) = first.submit([call("r", "read", path="parent.txt")]).results(timeout=30)
+    assert "p" in read.text
+    # And the workspace the cluster made stays until the last of them closes
+    made = Path(parent.workspace)
+    parent.close()
+    first.close()
+    assert made.is_dir()
+    (again,) = second.submit([call("l", "ls")]).results(timeout=30)
+    assert "parent.txt" in again.text
+    second.close()
+    wait_until(lambda: not made.exists(), "the workspace is removed with the last fork")
+    assert pool.status()["cluster_sessions"] == 0
+
+
 @pytest.mark.spec("R5")
 def test_a_tethered_process_dies_with_its_parent() -> None:
     # Given a parent that started a command through the tether (as a node's actor

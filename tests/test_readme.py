@@ -4,6 +4,7 @@ daemon, in a directory with a README.md, the embedding one on its own."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from toolpool.sandbox.profile import SandboxProfile
 
 from .daemon_support import daemon_env, running_daemon
 
@@ -95,3 +98,18 @@ def test_readme_framework_examples_run_against_a_daemon(tmp_path: Path) -> None:
     assert "README.md" in printed["pydantic_ai"]  # TestModel called ls, and said so
     assert printed["openai_agents"].strip() == "['read', 'glob', 'grep']"
     assert printed["langchain"].startswith("success      1\t# my project")
+
+
+@pytest.mark.spec("B3", "B8", "B10")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not SandboxProfile.probe().active("session"),
+    reason="a workspace overlay needs session sandboxes and a daemon run as root",
+)
+def test_readme_best_of_n_example_forks_picks_and_commits(tmp_path: Path) -> None:
+    (example,) = [e for e in EXAMPLES if "base.fork(" in e]
+    project = tmp_path / "project"
+    project.mkdir()
+    with running_daemon(tmp_path) as daemon:
+        env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
+        printed = run(example, project, env).splitlines()
+    assert printed == ["+    return a + b", "['calc.py']", "    return a + b"]

@@ -164,6 +164,22 @@ def test_V17_an_unprivileged_image_root_shows_its_files_as_roots(seen: dict[str,
 
 
 @pytest.mark.spec("V17")
+@pytest.mark.spec("B3")
+def test_V17_B3_an_unprivileged_daemons_sessions_fork_and_rewind(seen: dict[str, Any]) -> None:
+    # The fork at the mark has the workspace and the image root of then
+    assert ok(seen["fork_at_mark"]).splitlines()[:2] == ["one", "img"]
+    # What it writes is its own, the parent's is the parent's
+    assert ok(seen["parent_after_fork"]).startswith("two")
+    assert ok(seen["fork_after_rewind"]).splitlines()[:2] == ["fork", "fork"]
+    # Parent and fork share one holder: its layers are stacked on the parent's
+    assert seen["holders_of_family"] == 1
+    # A rewind puts both trees back, the root's deletion undone
+    assert seen["rewound"] is True
+    assert ok(seen["after_rewind"]).splitlines()[:2] == ["one", "img"]
+    assert "+one" in seen["diff"] and "branch.txt" in seen["diff"]
+
+
+@pytest.mark.spec("V17")
 def test_V17_an_unprivileged_daemon_leaves_no_holder_and_no_layer(
     seen: dict[str, Any], mine: Path
 ) -> None:

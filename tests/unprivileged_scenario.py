@@ -24,6 +24,20 @@ def call(session: Any, name: str, **arguments: Any) -> dict[str, Any]:
     return {"text": result.text, "error": result.error_code and result.error_code.value}
 
 
+def holders() -> int:
+    """This uid's layer holders running now."""
+    import psutil
+
+    mine = os.getuid()
+    return sum(
+        1
+        for p in psutil.process_iter(["uids", "cmdline"])
+        if p.info["uids"]
+        and p.info["uids"].real == mine
+        and any("layer_holder" in part for part in p.info["cmdline"] or [])
+    )
+
+
 def main() -> None:
     base, image, mine = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     home, workspace = base / "home", base / "ws"
@@ -74,6 +88,20 @@ def main() -> None:
             seen["image"] = call(first, "bash", command=look)
             seen["image_again"] = call(first, "bash", command="cat /etc/mine")
             seen["image_other"] = call(second, "bash", command="cat /etc/mine 2>&1; echo $?")
+        with client.session(workspace, workspace_mode="overlay", root={"image": image}) as parent:
+            call(parent, "bash", command="echo one > branch.txt; echo img > /etc/branch")
+            mark = parent.checkpoints()[-1]
+            call(parent, "bash", command="echo two > branch.txt; rm /etc/branch")
+            (fork,) = parent.fork(at=mark.id)
+            seen["fork_at_mark"] = call(fork, "bash", command="cat branch.txt /etc/branch")
+            call(fork, "bash", command="echo fork > branch.txt; echo fork > /etc/branch")
+            seen["parent_after_fork"] = call(parent, "bash", command="cat branch.txt")
+            seen["holders_of_family"] = holders()
+            seen["rewound"] = parent.rewind(mark.id).checkpoint == mark.id
+            seen["after_rewind"] = call(parent, "bash", command="cat branch.txt /etc/branch")
+            seen["fork_after_rewind"] = call(fork, "bash", command="cat branch.txt /etc/branch")
+            seen["diff"] = parent.diff()
+            fork.close()
         client.__exit__(None, None, None)
     finally:
         daemon.terminate()

@@ -50,6 +50,10 @@ def print_status(status: dict[str, Any], console: Console) -> None:
                 f"    root {escape(root)}, workspace {environment['workspace_mode']}, "
                 f"layers {held} of {environment['layer_bytes']}"
             )
+        if "checkpoints" in environment:  # B1, B3
+            parent = environment.get("forked_from")
+            forked = "" if parent is None else f", forked from {escape(parent)}"
+            console.print(f"    {environment['checkpoints']} checkpoints{forked}")
         for shell in info.get("shells", []):  # its background shells (F6)
             code = "" if shell["exit_code"] is None else f" (exit {shell['exit_code']})"
             console.print(

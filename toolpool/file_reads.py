@@ -13,6 +13,7 @@ file changed) replaces it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
@@ -258,6 +259,22 @@ class FileReadRegister:
             return ValidationResult.failed(message, CODE_STALE)
         details = unread_details(name, self.get(path))
         return ValidationResult.failed(not_read_message(details, profile), CODE_NOT_READ, details)
+
+    def rejudge(self) -> None:
+        """Every stamp judged by content from now on (a rewind put files back with the
+        times they had then, B2): the next check hashes the file, whatever its mtime."""
+        with self._lock:
+            self._stamps = {
+                path: dataclasses.replace(stamp, mtime_ns=-1)
+                for path, stamp in self._stamps.items()
+            }
+
+    def copy(self) -> FileReadRegister:
+        """A register of its own with the same stamps (a fork's, B3)."""
+        other = FileReadRegister()
+        with self._lock:
+            other._stamps = dict(self._stamps)
+        return other
 
     def __iter__(self) -> Iterator[tuple[str, FileReadStamp]]:
         with self._lock:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -109,6 +109,22 @@ def _count(minimum: int) -> Parser:
         return value
 
     return parse
+
+
+# A checkpoint adds at most one layer to each of a session's overlays, and overlayfs
+# stacks 500 lower layers: room is left for an image's own (docker's bound is 127).
+MAX_CHECKPOINTS = 256
+
+
+def _checkpoints(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_CHECKPOINTS:
+        raise _Refused(
+            f"expected an integer from 2 to {MAX_CHECKPOINTS} (each checkpoint may be a "
+            "layer the kernel stacks, and it stacks 500)"
+        )
+    return value
 
 
 def _seconds(value: Any) -> float | None:
@@ -252,6 +268,9 @@ class SessionOptions:
     workspace_mode: WorkspaceMode = option(
         WorkspaceMode.DIRECT, _workspace_mode, "the workspace written in place, or an overlay (V14)"
     )
+    max_checkpoints: int | None = option(
+        None, _checkpoints, "checkpoints kept before the oldest are merged (B5; default 50)"
+    )
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SessionOptions:
@@ -281,11 +300,13 @@ class SessionOptions:
             if getattr(self, f.name) != _DEFAULTS[f.name]
         }
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, *, also: Collection[str] = ()) -> dict[str, Any]:
         """``OpenSession.options``: the options given, in plain JSON form, which
-        ``parse`` reads back to these options."""
+        ``parse`` reads back to these options; ``also`` names options to carry even at
+        their default (a fork's, which go over its parent's)."""
         wire: dict[str, Any] = {}
-        for name, value in self.given().items():
+        values = self.given() | {name: getattr(self, name) for name in also}
+        for name, value in values.items():
             if name == "policy":
                 value = [rule.to_dict() for rule in value]
             elif isinstance(value, tuple):

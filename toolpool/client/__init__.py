@@ -9,6 +9,14 @@ data model, never the daemon.
 """
 
 from toolpool.client.aio import AsyncClient, AsyncSession, AsyncTurn
+from toolpool.client.branching import (
+    Change,
+    Checkpoint,
+    Checkpoints,
+    CommitConflict,
+    Rewound,
+    SkippedCheckpoint,
+)
 from toolpool.client.core import ApprovalRequested
 from toolpool.client.errors import (
     ClientError,
@@ -24,12 +32,18 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "AsyncTurn",
+    "Change",
+    "Checkpoint",
+    "Checkpoints",
     "Client",
     "ClientError",
     "ClientProtocolError",
     "ClientTimeout",
+    "CommitConflict",
     "DaemonUnavailable",
     "RequestFailed",
+    "Rewound",
     "Session",
+    "SkippedCheckpoint",
     "Turn",
 ]

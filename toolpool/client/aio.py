@@ -31,7 +31,9 @@ from typing import Any, TypeVar
 
 import zmq
 
+from toolpool.client import branching
 from toolpool.client.base import CLOSE_ERRORS, ClientBase, SessionBase, TurnBase
+from toolpool.client.branching import Change, Checkpoint, Checkpoints, Rewound
 from toolpool.client.core import ApprovalRequested, TurnItem, results_as
 from toolpool.client.errors import DaemonUnavailable
 from toolpool.client.operation import Deferred, Operation
@@ -299,6 +301,42 @@ class AsyncSession(SessionBase[AsyncClient]):
         """End the session in the daemon; best effort, as for the blocking client."""
         with contextlib.suppress(*CLOSE_ERRORS):
             await self.client._run(self._conn.close_session(self.id))
+
+    # -- branches (SPEC B1–B10): as ``Session``'s
+
+    async def checkpoint(
+        self, label: str | None = None, *, timeout: float | None = None
+    ) -> Checkpoint:
+        return await self.client._run(branching.checkpoint(self._conn, self.id, label, timeout))
+
+    async def checkpoints(self, *, timeout: float | None = None) -> Checkpoints:
+        return await self.client._run(branching.checkpoints(self._conn, self.id, timeout))
+
+    async def rewind(self, checkpoint_id: str, *, timeout: float | None = None) -> Rewound:
+        rewinding = branching.rewind(self._conn, self.id, checkpoint_id, timeout)
+        return await self.client._run(rewinding)
+
+    async def fork(
+        self, n: int = 1, at: str | None = None, *, timeout: float | None = None, **options: Any
+    ) -> list[AsyncSession]:
+        made = branching.fork(self._conn, self.id, n, at, options, timeout)
+        return [
+            AsyncSession(self.client, session_id) for session_id in await self.client._run(made)
+        ]
+
+    async def changes(
+        self, since: str | None = None, *, timeout: float | None = None
+    ) -> list[Change]:
+        return await self.client._run(branching.changes(self._conn, self.id, since, timeout))
+
+    async def diff(self, since: str | None = None, *, timeout: float | None = None) -> str:
+        return await self.client._run(branching.diff(self._conn, self.id, since, timeout))
+
+    async def export(self, path: str | Path, *, timeout: float | None = None) -> int:
+        return await self.client._run(branching.export(self._conn, self.id, path, timeout))
+
+    async def commit(self, *, timeout: float | None = None) -> list[str]:
+        return await self.client._run(branching.commit(self._conn, self.id, timeout))
 
 
 class AsyncTurn(TurnBase[AsyncSession]):

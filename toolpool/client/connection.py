@@ -175,6 +175,18 @@ class Connection:
     def _next_id(self) -> str:
         return f"r{next(self._ids)}"
 
+    next_id = _next_id  # for the requests made elsewhere (``branching``)
+
+    def request(
+        self, message: Any, finish: Callable[[wire.Message], T], timeout: float | None = None
+    ) -> Operation[T]:
+        """A request made elsewhere (``branching``): sent, its reply awaited."""
+        return self._request(message, finish, timeout)
+
+    def adopt(self, session_id: str, parent: str) -> None:
+        """``session_id`` (a fork of ``parent``) is answered as its parent's approvals are."""
+        self._handlers[session_id] = self._handlers.get(parent)
+
     # -- requests ------------------------------------------------------------------------
 
     def hello(self, name: str, timeout: float) -> Operation[None]:

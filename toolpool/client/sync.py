@@ -36,7 +36,9 @@ from typing import Any, TypeVar
 
 import zmq
 
+from toolpool.client import branching
 from toolpool.client.base import CLOSE_ERRORS, ClientBase, SessionBase, TurnBase
+from toolpool.client.branching import Change, Checkpoint, Checkpoints, Rewound
 from toolpool.client.connection import ApprovalHandler
 from toolpool.client.core import TurnItem, results_as
 from toolpool.client.operation import Deferred, Operation
@@ -297,6 +299,52 @@ class Session(SessionBase[Client]):
         stopping has ended it already, so waiting long or raising would help no one."""
         with contextlib.suppress(*CLOSE_ERRORS):
             self.client._run(self._conn.close_session(self.id))
+
+    # -- branches (SPEC B1–B10): a session with workspace_mode = "overlay", between turns
+
+    def checkpoint(self, label: str | None = None, *, timeout: float | None = None) -> Checkpoint:
+        """Make a checkpoint now (each turn's end is one already): refused while a
+        turn runs or waits, or a background shell of the session runs."""
+        return self.client._run(branching.checkpoint(self._conn, self.id, label, timeout))
+
+    def checkpoints(self, *, timeout: float | None = None) -> Checkpoints:
+        """The session's checkpoints, oldest first (its start first), and the turns'
+        ends that made none (``skipped``: background shells ran)."""
+        return self.client._run(branching.checkpoints(self._conn, self.id, timeout))
+
+    def rewind(self, checkpoint_id: str, *, timeout: float | None = None) -> Rewound:
+        """Workspace and root back to the checkpoint, byte for byte; later checkpoints
+        are forgotten, running background shells stopped, reads judged again."""
+        return self.client._run(branching.rewind(self._conn, self.id, checkpoint_id, timeout))
+
+    def fork(
+        self, n: int = 1, at: str | None = None, *, timeout: float | None = None, **options: Any
+    ) -> list[Session]:
+        """``n`` new sessions whose workspace and root are this one's at ``at`` (a
+        checkpoint id; now by default), each with a copy of its read register and its
+        options — ``options`` over them — each diverging on its own."""
+        made = branching.fork(self._conn, self.id, n, at, options, timeout)
+        return [Session(self.client, session_id) for session_id in self.client._run(made)]
+
+    def changes(self, since: str | None = None, *, timeout: float | None = None) -> list[Change]:
+        """The workspace's paths that differ from where it started (or ``since`` a
+        checkpoint)."""
+        return self.client._run(branching.changes(self._conn, self.id, since, timeout))
+
+    def diff(self, since: str | None = None, *, timeout: float | None = None) -> str:
+        """The same as a git-format patch (binary files included) ``git apply`` takes."""
+        return self.client._run(branching.diff(self._conn, self.id, since, timeout))
+
+    def export(self, path: str | Path, *, timeout: float | None = None) -> int:
+        """The workspace as the session sees it, written to a new directory or a
+        tarball (``.tar``, ``.tar.gz``, ``.tgz``); how many entries."""
+        return self.client._run(branching.export(self._conn, self.id, path, timeout))
+
+    def commit(self, *, timeout: float | None = None) -> list[str]:
+        """The workspace's changes applied to the host directory it came from, each
+        file atomically; ``CommitConflict`` (nothing written) lists the paths the
+        host changed since. The paths written."""
+        return self.client._run(branching.commit(self._conn, self.id, timeout))
 
 
 class Turn(TurnBase[Session]):

@@ -15,6 +15,7 @@ A line::
      "status": "ok", "error_code": null, "duration_ms": 4.2, "cpu_seconds": 0.003,
      "peak_rss_bytes": 31457280, "worker": "w3", "worker_pid": 4242}
 
+A call of a forked session (B3) has ``"forked_from"``: the session it was forked from.
 ``duration_ms`` is from the call's start to its end as the daemon saw them; CPU and
 peak memory are the worker's for the call (absent for a call that never reached one).
 ``arguments`` holds the arguments themselves when ``audit_arguments`` is on. ``gate``
@@ -285,6 +286,14 @@ class Auditor:
     def __init__(self, log: AuditLog) -> None:
         self.log = log
         self._open: dict[tuple[str, str], Record] = {}
+        self._forks: dict[str, str] = {}  # a forked session → the session it came from
+
+    def forked(self, session_id: str, parent_id: str) -> None:
+        """``session_id`` is a fork of ``parent_id`` (B3): its records say so."""
+        self._forks[session_id] = parent_id
+
+    def closed(self, session_id: str) -> None:
+        self._forks.pop(session_id, None)
 
     def started(self, turn_id: str, event: ToolStart, *, gate: bool) -> None:
         self._open[(turn_id, event.call_id)] = {
@@ -323,5 +332,6 @@ class Auditor:
                 "peak_rss_bytes": usage.get("peak_rss_bytes"),
                 "worker": details.get("worker"),
                 "worker_pid": details.get("worker_pid"),
+                **({"forked_from": self._forks[session_id]} if session_id in self._forks else {}),
             }
         )

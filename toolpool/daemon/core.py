@@ -38,6 +38,7 @@ from toolpool.protocol import (
     Ack,
     Append,
     ApprovalReply,
+    Branch,
     Bye,
     CancelCall,
     CloseSession,
@@ -148,6 +149,8 @@ class DaemonCore:
                 sessions.turn_request(client, message)
             case Steer():
                 sessions.steer(client, message)
+            case Branch():
+                sessions.branching.request(client, message)
             case ApprovalReply():
                 sessions.approvals.reply(address, message)
             case Status():

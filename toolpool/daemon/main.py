@@ -102,20 +102,29 @@ def _remove_stale_run_directories(runtime: Path) -> None:
     is not alive (or is ours: a dead daemon's pid reused), the cgroups such a daemon
     left and the processes of its background shells, and logs what it removed."""
     removed = []
+    layers = 0  # sessions whose layers went: their checkpoints and forks with them (B11)
     for prefix in STALE_RUN_PREFIXES:
         for stale in runtime.glob(f"{prefix}*"):
             pid = stale.name.removeprefix(prefix)
             if not pid.isdigit() or not stale.is_dir() or stale.is_symlink():
                 continue
             if int(pid) == os.getpid() or not process_alive(int(pid)):
+                found = len(list((stale / "s").glob("*.l"))) if prefix == "workers-" else 0
                 try:
                     remove_layers(stale)  # its sessions' layers unmounted first (V12)
                 except OSError as exc:
                     log.warning("left %s: %s", stale, exc)
                     continue
                 removed.append(stale.name)
+                layers += found
     if removed:
         log.info("removed what an earlier daemon left in %s: %s", runtime, ", ".join(removed))
+    if layers:
+        log.warning(
+            "removed the layers of %d sessions of an earlier daemon: their checkpoints "
+            "and forks are gone",
+            layers,
+        )
     cgroups = remove_stale_cgroups(lambda pid: pid != os.getpid() and process_alive(pid))
     if cgroups:
         log.info("removed the cgroups an earlier daemon left: %s", ", ".join(cgroups))

@@ -19,6 +19,7 @@ from typing import Any
 
 from toolpool.daemon.approvals import Approvals
 from toolpool.daemon.audit import Auditor
+from toolpool.daemon.branching import Branching
 from toolpool.daemon.clients import Clients
 from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEntry
 from toolpool.engine.approvals import make_gate
@@ -79,6 +80,7 @@ class Sessions:
         self.table: dict[str, SessionEntry] = {}
         self.draining = False
         self.closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
+        self.branching = Branching(self, coordinator, pool, clients, auditor)
 
     def owner(self, session_id: str) -> Address | None:
         """The client whose session ``session_id`` is (None: no such session)."""
@@ -114,11 +116,24 @@ class Sessions:
         except SessionOptionError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         self._admit_environment(options)
+        entry = self.add(client, message.workspace, options)
+        self.clients.send(client.address, SessionOpened(message.request_id, entry.session.id))
+
+    def add(
+        self,
+        client: ClientState,
+        workspace: str,
+        options: SessionOptions,
+        *,
+        forked_from: SessionEntry | None = None,
+    ) -> SessionEntry:
+        """A new session of ``client``'s on ``workspace`` with ``options`` (checked),
+        in the tables; a fork's layers are its branches' (B3). Raises BadRequest."""
         try:
             # The gate is the daemon's to carry out (it asks the client): the engine's
             # session has the rest.
             session = self.coordinator.open_session(
-                message.workspace,
+                workspace,
                 options=dataclasses.replace(
                     options, gate=GateMode.ALLOW, policy=(), approval_timeout=None
                 ),
@@ -128,7 +143,7 @@ class Sessions:
         timeout = (
             self.approval_timeout if options.approval_timeout is None else options.approval_timeout
         )
-        entry = SessionEntry(session, client.address, None, timeout)
+        entry = SessionEntry(session, client.address, None, timeout, options)
         gate = make_gate(
             options.gate, options.policy, lambda request: self.approvals.ask(entry, request)
         )
@@ -137,13 +152,15 @@ class Sessions:
         entry.gate = gate
         self.table[session.id] = entry
         client.sessions.add(session.id)
+        if forked_from is None:
+            self.branching.opened(entry)
         log.info(
             "session opened on %s (gate %s)",
             session.workspace,
             options.gate.value,
             extra={"session": session.id, "client": client.address[1].hex()},
         )
-        self.clients.send(client.address, SessionOpened(message.request_id, session.id))
+        return entry
 
     def _admit_environment(self, options: SessionOptions) -> None:
         """Refuse, at open, an image root this daemon would not use (V13): images
@@ -154,7 +171,7 @@ class Sessions:
         if self.pool is None:
             raise BadRequest(FailureCode.BAD_REQUEST, f"{shown}: image roots need worker pools")
         try:
-            self.pool.shells.sandboxes.admit_image(options.root.image)
+            self.pool.shells.sandboxes.layers.admit_image(options.root.image)
         except ImageError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, f"{shown}: {exc}") from None
 
@@ -178,6 +195,10 @@ class Sessions:
             for turn in turns:
                 with contextlib.suppress(Exception):
                     await turn.results()
+            for between in list(entry.between):  # a checkpoint, a fork under way
+                with contextlib.suppress(BaseException):
+                    await between.done
+            self.branching.closed(entry)
             if self.pool is not None:
                 await self.pool.shells.end_session(session_id)
             self.coordinator.close_session(entry.session)
@@ -255,6 +276,8 @@ class Sessions:
                 if address in table:
                     send(address, turn_id, event_to_wire(event))
                 entry.turns.pop(turn_id, None)
+                if entry.checkpoints:  # the turn's end is a checkpoint, made next (B1)
+                    self.branching.turn_ended(entry, turn_id)
                 for result in event.results:
                     entry.turn_of_call.pop(result.call_id, None)
                 if log.isEnabledFor(logging.DEBUG):

@@ -106,6 +106,9 @@ def _environment(
         used = None if pool is None else pool.shells.sandboxes.layer_used(session_id)
         if used is not None:
             found["layer_used_bytes"] = used
+        if pool is not None and pool.branches.tracks(session_id):  # B1, B3
+            found["checkpoints"] = len(pool.branches.history(session_id))
+            found["forked_from"] = pool.branches.forked_from(session_id)
         # A daemon not run as root mounts them in a user namespace of its own (V17).
         found["layers_in"] = "host" if os.geteuid() == 0 else "user namespace"
         if root.value == "overlay" and os.geteuid() != 0:

@@ -114,6 +114,19 @@ class Session:
         if len(self._turns) == 1:
             asyncio.get_running_loop().call_soon(turn.begin)
 
+    def follow(self, item: Begins) -> None:
+        """Queue ``item`` right after the running turn, ahead of those waiting: the
+        checkpoint of a turn's end (B1), which the next turn waits for."""
+        if self._turns:
+            self._turns.insert(1, item)
+        else:
+            self.enqueue(item)
+
+    def busy(self, between: type) -> bool:
+        """Whether a turn runs or waits: anything queued that is not ``between``
+        (work done between turns, ``engine.between.BetweenTurns``)."""
+        return any(not isinstance(item, between) for item in self._turns)
+
     def dequeue(self, turn: Begins) -> None:
         """``turn`` has ended: the next one begins. No cut (L4) can come any more for
         the reads it made: the register settles them (F13)."""

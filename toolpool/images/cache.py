@@ -20,6 +20,7 @@ are evicted until ``usage() <= max_bytes`` (layers in use stay, even past the bo
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -61,6 +62,10 @@ class PreparedImage:
 
     def release(self) -> None:
         self.lease.release()
+
+    def shared(self) -> PreparedImage:
+        """The same image with a lease of its own (a forked session's)."""
+        return dataclasses.replace(self, lease=self.lease.shared())
 
     def __enter__(self) -> PreparedImage:
         return self

@@ -79,6 +79,14 @@ class Lease:
     def held(self) -> bool:
         return bool(self._fds)
 
+    def shared(self) -> Lease:
+        """Another lease on the same layers (a fork's): the locks' open files shared,
+        so they hold until both leases let go."""
+        other = Lease()
+        for fd in self._fds:
+            other.add(os.dup(fd))
+        return other
+
     def release(self) -> None:
         """Let the layers go (idempotent)."""
         fds, self._fds = self._fds, []

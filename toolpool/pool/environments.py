@@ -22,22 +22,19 @@ its sockets are removed with the runtime dir, or at the next start.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolpool.images import ImageCache, ImageError, PreparedImage
-from toolpool.images.access import admit
 from toolpool.pool.processes import WorkerProcesses
+from toolpool.pool.session_layers import SessionLayers
 from toolpool.protocol import CallContext
 from toolpool.sandbox import linux
-from toolpool.sandbox.layers import SessionLayer, remove_layers
+from toolpool.sandbox.layers import remove_layers
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
@@ -48,14 +45,21 @@ from toolpool.session_options import Root
 log = logging.getLogger("toolpool.pool")
 
 Key = tuple[str, bool]  # session id, network allowed
+# A checkpoint's sandboxes start again this long after it, unless something of the
+# session came first (a command starts its own; another checkpoint or a rewind would
+# end it at once).
+RESTART_SECONDS = 0.05
 
 
 @dataclass(slots=True)
 class _Entry:
-    """One session sandbox: starting (``ready`` pending), running, or failed."""
+    """One session sandbox: starting (``ready`` pending), running, or failed; what
+    it was started for (its start again after a checkpoint, B1)."""
 
     ready: asyncio.Future[SessionSandbox]
     network: bool
+    context: CallContext
+    limits: Limits
 
 
 class SessionSandboxes:
@@ -64,13 +68,7 @@ class SessionSandboxes:
     def __init__(self, processes: WorkerProcesses) -> None:
         self._processes = processes  # its runtime dir, sandbox profile and policy, once open
         self._entries: dict[Key, _Entry] = {}
-        self._layers: dict[str, SessionLayer] = {}  # the sessions' writable layers (V12–V14)
-        self._images: dict[str, PreparedImage] = {}  # their images, leased (V13)
-        self._image_cache: ImageCache | None = None  # made on the first image root
-        # Layers are made in the start threads, one session at a time: an image's first
-        # unpack holds its session's lock, not every session's.
-        self._layer_locks: dict[str, threading.Lock] = {}
-        self._locks_lock = threading.Lock()
+        self.layers = SessionLayers(processes)  # the sessions' layers and images
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="toolpool-sandboxes")
         self._directory: Path | None = None
         self._profile = SandboxProfile.nothing()
@@ -78,8 +76,9 @@ class SessionSandboxes:
         self._open = False
         self._opened = False
         self._closed = False
-        self._names = itertools.count(1)
         self._holders: frozenset[int] = frozenset()  # read from the ZAP thread (confines)
+        # Sandboxes to start again after a checkpoint, by session: when, and for what.
+        self._restarts: dict[str, tuple[asyncio.TimerHandle, list[tuple[CallContext, Limits]]]] = {}
 
     def _open_once(self) -> None:
         """On the first request (the pool is open by then): sockets and layers go under
@@ -104,7 +103,7 @@ class SessionSandboxes:
         if not self._open:
             return "", ""
         socket = str(await self._socket_for(context, limits))
-        layer = self._layers.get(context.session_id)
+        layer = self.layers.get(context.session_id)
         return socket, "" if layer is None else str(layer.seen(layer.directory))
 
     async def address(self, context: CallContext, limits: Limits) -> dict[str, Any]:
@@ -126,7 +125,7 @@ class SessionSandboxes:
                     self._in_thread_close(entry.ready.result())
                 entry = None
         if entry is None:
-            entry = _Entry(asyncio.get_running_loop().create_future(), network)
+            entry = _Entry(asyncio.get_running_loop().create_future(), network, context, limits)
             self._entries[key] = entry
             self._start(entry, context, limits)
         try:
@@ -143,7 +142,7 @@ class SessionSandboxes:
         directory, profile, policy = self._directory, self._profile, self._policy
 
         def start() -> SessionSandbox:
-            root, views, enter = self._placed(context, directory)
+            root, views, enter = self._placed(context, directory, limits.tmp_bytes)
             return SessionSandbox.start(
                 roots=roots,
                 network=entry.network,
@@ -168,8 +167,20 @@ class SessionSandboxes:
                     exc if isinstance(exc, SandboxStartError) else SandboxStartError(str(exc))
                 )
             elif not self._open or self._entries.get(key) is not entry:
-                self._in_thread_close(done.result())  # its session closed meanwhile
-                entry.ready.set_exception(SandboxStartError("its session closed"))
+                # Its session closed, or its layers are to change (B1), meanwhile: it
+                # ends first, and only then is whoever waits for it told.
+                def ended(_: object) -> None:
+                    entry.ready.set_exception(SandboxStartError("its session closed"))
+                    entry.ready.exception()
+
+                try:
+                    closing = loop.run_in_executor(self._threads, done.result().close)
+                except RuntimeError:  # the pool is closing: its threads are gone
+                    done.result().close()
+                    ended(None)
+                    return
+                closing.add_done_callback(ended)
+                return
             else:
                 entry.ready.set_result(done.result())
                 self._holders = self._holders | {done.result().pid}
@@ -183,7 +194,7 @@ class SessionSandboxes:
         them yet. Raises SandboxStartError."""
         if context.root == Root.HOST and not context.workspace_overlay:
             return HOST_ROOT, {}
-        directory = self._layers_directory()
+        directory = self.layers_directory()
         loop = asyncio.get_running_loop()
         root, views, enter = await loop.run_in_executor(
             self._threads, self._placed, context, directory
@@ -197,131 +208,121 @@ class SessionSandboxes:
 
     def mounted_view(self, session_id: str) -> Path | None:
         """The session's workspace overlay, once mounted (V14)."""
-        layer = self._layers.get(session_id)
+        layer = self.layers.get(session_id)
         return None if layer is None else layer.workspace_view
 
     async def workspace_view(self, context: CallContext) -> Path:
         """Where the session's overlay of its workspace is mounted (V14), mounted now
         if nothing of the session mounted it yet. Raises SandboxStartError."""
-        layer = self._layers.get(context.session_id)
+        layer = self.layers.get(context.session_id)
         if layer is not None and layer.workspace_view is not None:
             return layer.workspace_view
-        directory = self._layers_directory()
+        directory = self.layers_directory()
         loop = asyncio.get_running_loop()
-        layer = await loop.run_in_executor(self._threads, self._layer, context, directory)
+        layer = await loop.run_in_executor(self._threads, self.layers.made, context, directory)
         assert layer.workspace_view is not None
         return layer.workspace_view
 
     def base_of(self, session_id: str) -> tuple[dict[str, str], str]:
         """The environment and working directory an image gives the session's
         commands (V13); nothing for other roots."""
-        image = self._images.get(session_id)
+        image = self.layers.image(session_id)
         return ({}, "") if image is None else (dict(image.env), image.working_dir)
 
-    def admit_image(self, image: str) -> None:
-        """Refuse (ImageError) an image this pool would not use: images off (no
-        ``image_dirs``), outside them, or at a denied path. Cheap: no unpack."""
-        config = self._processes.config
-        admit(Path(image), config.image_dirs, self._denied())
+    @property
+    def runtime_dir(self) -> Path:
+        return self._processes.runtime_dir
 
-    def _denied(self) -> list[Path]:
-        """What an image may not be, hold or lie in: what confined code may not see
-        (deny_read, the runtime dir, the key files)."""
-        return [Path(p) for p in self._processes.policy.hidden]
-
-    def _layers_directory(self) -> Path:
+    def layers_directory(self) -> Path:
         self._open_once()
         if self._directory is None:
             raise SandboxStartError("session sandboxes are off here (see toolpool doctor)")
         return self._directory
 
     def _placed(
-        self, context: CallContext, directory: Path
+        self, context: CallContext, directory: Path, tmp_bytes: int = 0
     ) -> tuple[Sequence[str], dict[str, str], tuple[str, ...]]:
         """The session's root arguments, views and what a sandbox is started under to
-        see them (V17), its layers made first (a thread)."""
+        see them (V17), its layers made first (a thread); a session sandbox's /tmp
+        (``tmp_bytes``) is on its layers, where it outlives the sandbox (B1)."""
         if context.root == Root.HOST and not context.workspace_overlay:
             return HOST_ROOT, {}, ()
-        layer = self._layer(context, directory)
+        layer = self.layers.made(context, directory)
         root = HOST_ROOT if layer.root_merged is None else layer.root_args()
         views = {}
         if layer.workspace_merged is not None:
             views[os.path.realpath(context.workspace)] = str(layer.workspace_merged)
+        if tmp_bytes:
+            with self.layers.lock(context.session_id):  # one for its sandboxes, made once
+                views["/tmp"] = str(layer.mount_tmp(tmp_bytes))
         return root, views, layer.enter_argv()
 
-    def _layer(self, context: CallContext, directory: Path) -> SessionLayer:
-        """The session's writable layers, with what its options ask mounted: one
-        tmpfs for all its sandboxes (in a start thread). Raises SandboxStartError."""
-        session_id = context.session_id
-        with self._locks_lock:
-            lock = self._layer_locks.setdefault(session_id, threading.Lock())
-        with lock:
-            layer = self._layers.get(session_id)
-            if layer is None:
-                size = context.layer_bytes or self._processes.config.layer_bytes
-                layer = SessionLayer.make(directory / f"{next(self._names):x}.l", size)
-                self._layers[session_id] = layer
-            if context.root == Root.OVERLAY:
-                layer.mount_root()
-            elif context.root == "image" and layer.root_merged is None:
-                image = self._images.get(session_id) or self._prepare(context)
-                lowers = tuple(reversed(image.layers))  # the topmost first
-                layer.mount_root(lowers, userxattr=image.xattr == "user")
-            if context.workspace_overlay:
-                layer.mount_workspace(Path(os.path.realpath(context.workspace)))
-            return layer
+    async def stop_sandboxes(self, session_id: str) -> list[tuple[CallContext, Limits]]:
+        """End the session's sandboxes (and so every process of them): what they were
+        started for, to start them again (``restart``) once its layers changed. A
+        start again that was still waiting is dropped (its layers change once more)."""
+        waiting = self._restarts.pop(session_id, None)
+        again = [] if waiting is None else waiting[1]
+        if waiting is not None:
+            waiting[0].cancel()
+        ending = [self._entries.pop(k) for k in list(self._entries) if k[0] == session_id]
+        await asyncio.gather(*(self._end(e) for e in ending))
+        return [*again, *((e.context, e.limits) for e in ending)]
 
-    def _prepare(self, context: CallContext) -> PreparedImage:
-        """The session's image, its layers unpacked into the cache (or found there)
-        and leased for as long as the session lives."""
-        config = self._processes.config
-        try:
-            with self._locks_lock:  # one cache, made by the first session that needs it
-                if self._image_cache is None:
-                    self._image_cache = ImageCache(config.image_cache, config.image_cache_bytes)
-                    self._image_cache.remove_stale()  # what crashed unpacks left
-                cache = self._image_cache
-            image = cache.prepare(
-                Path(context.image), allowed_dirs=config.image_dirs, denied=self._denied()
-            )
-        except ImageError as exc:
-            raise SandboxStartError(f"its image could not be used: {exc}") from exc
-        self._images[context.session_id] = image
-        return image
+    def restart(self, started: Sequence[tuple[CallContext, Limits]]) -> None:
+        """Start again, a moment later (``RESTART_SECONDS``) and off the event loop,
+        the sandboxes ``stop_sandboxes`` ended: ready before their next command asks
+        (which otherwise starts one itself), and not started at all when another
+        checkpoint, a rewind or the session's end comes first (it would end it again)."""
+        if not started:
+            return
+        session_id = started[0][0].session_id
+
+        def start_again() -> None:
+            self._restarts.pop(session_id, None)
+            for context, limits in started:
+                network = limits.network or context.allow_network
+                key = (session_id, network)
+                if (
+                    self._open
+                    and key not in self._entries
+                    and self.layers.get(session_id) is not None
+                ):
+                    loop = asyncio.get_running_loop()
+                    entry = _Entry(loop.create_future(), network, context, limits)
+                    self._entries[key] = entry
+                    self._start(entry, context, limits)
+
+        timer = asyncio.get_running_loop().call_later(RESTART_SECONDS, start_again)
+        self._restarts[session_id] = (timer, list(started))
 
     async def end_session(self, session_id: str) -> None:
         """The session closes: its sandboxes end, everything in them with them, and
         then its layer."""
+        waiting = self._restarts.pop(session_id, None)
+        if waiting is not None:
+            waiting[0].cancel()
         ending = [k for k in self._entries if k[0] == session_id]
         await asyncio.gather(*(self._end(self._entries.pop(k)) for k in ending))
-        self._layer_locks.pop(session_id, None)
-        layer = self._layers.pop(session_id, None)
-        if layer is not None:
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._threads, layer.remove)
-            except OSError as exc:
-                log.error("the layer of session %s stays: %s", session_id, exc)
-        image = self._images.pop(session_id, None)
-        if image is not None:
-            image.release()  # its layers may be evicted now
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._threads, self.layers.end, session_id
+            )
+        except OSError as exc:
+            log.error("the layer of session %s stays: %s", session_id, exc)
 
     async def close(self) -> None:
         """End every sandbox; no new one starts."""
         self._open, self._closed = False, True
+        for timer, _ in self._restarts.values():
+            timer.cancel()
+        self._restarts.clear()
         entries = list(self._entries.values())
         self._entries.clear()
         await asyncio.gather(*(self._end(e) for e in entries))
         self._threads.shutdown(wait=True)
-        layers = list(self._layers.values())
-        self._layers.clear()
-        for layer in layers:  # its holder ends with it, where it has one (V17)
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, layer.remove)
-            except OSError as exc:
-                log.error("a session's layer stays: %s", exc)
-        for image in self._images.values():
-            image.release()
-        self._images.clear()
+        # Their holders end with them, where they have one (V17).
+        await asyncio.get_running_loop().run_in_executor(None, self.layers.end_all)
         if self._directory is not None:
             try:
                 remove_layers(self._directory)
@@ -346,7 +347,7 @@ class SessionSandboxes:
 
     def layer_used(self, session_id: str) -> int | None:
         """What the session's writable layers hold, once it has them (``status``)."""
-        layer = self._layers.get(session_id)
+        layer = self.layers.get(session_id)
         return None if layer is None else layer.used_bytes()
 
     def listing(self) -> dict[str, list[dict[str, object]]]:
@@ -362,8 +363,8 @@ class SessionSandboxes:
             row: dict[str, object] = {"network": network, "state": state}
             if state == "running":
                 row["pid"] = entry.ready.result().pid
-            layer = self._layers.get(session_id)
-            image = self._images.get(session_id)
+            layer = self.layers.get(session_id)
+            image = self.layers.image(session_id)
             if layer is None or layer.root_merged is None:
                 row["root"] = "host"
             else:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolpool.cancel import CancelToken
+from toolpool.pool.branch_changes import WorkspaceChanges
+from toolpool.pool.branches import Branches
 from toolpool.pool.calls import failed, unstarted
 from toolpool.pool.dispatch import Dispatch
 from toolpool.pool.planner import (
@@ -98,6 +100,9 @@ class WorkerPool:
             cpus=config.worker_cpus,
             caps=caps,
         )
+        # Checkpoints, rewinds and forks of the sessions' layers, and their changes out.
+        self.branches = Branches(self.shells)
+        self.workspace_changes = WorkspaceChanges(self.branches, self.shells.sandboxes)
         self.dispatch = Dispatch(config, self.supervisor, self.shells, self)
         self._workers = self.supervisor.workers  # the records, in start order
         self._tickets = itertools.count(1)
@@ -124,6 +129,8 @@ class WorkerPool:
         Nothing is left running, and every call has ended."""
         self.dispatch.open = False
         self.dispatch.fail_queued("the pool is closed")
+        # What a branch thread does to a session's layers ends before the layers do.
+        await asyncio.get_running_loop().run_in_executor(None, self.branches.close)
         await self.shells.close()
         await self.supervisor.close(polite=polite)
         await self.dispatch.settle()

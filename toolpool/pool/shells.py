@@ -265,6 +265,13 @@ class ShellSupervisor:
             if s.state is ShellState.RUNNING and session_id in (None, s.session_id)
         ]
 
+    async def stop(self, session_id: str, reason: str) -> list[str]:
+        """End the session's running shells (``killed``, ``reason``), their records
+        kept; their ids (a rewind's: they saw a state that is gone, B2)."""
+        shells = self.running(session_id)
+        await asyncio.gather(*(self._end(s, ShellState.KILLED, reason) for s in shells))
+        return [s.id for s in shells]
+
     async def end_session(self, session_id: str) -> None:
         """The session closes: its shells end, and their records go."""
         shells = [s for s in self._shells.values() if s.session_id == session_id]

@@ -30,6 +30,19 @@ class EventSelection(StrEnum):
     RESULTS = "results"  # tool_end and turn_end only: what results() and result() need
 
 
+class BranchAction(StrEnum):
+    """What a ``Branch`` request asks of a session's layers (SPEC B1–B10)."""
+
+    CHECKPOINT = "checkpoint"  # make one now (``label``)
+    CHECKPOINTS = "checkpoints"  # list them
+    REWIND = "rewind"  # back to ``checkpoint``
+    FORK = "fork"  # ``count`` new sessions at ``checkpoint`` (now when empty), ``options``
+    CHANGES = "changes"  # the paths that differ from the start, or ``checkpoint``
+    DIFF = "diff"  # the same as a git-format patch
+    EXPORT = "export"  # the workspace written to ``path``
+    COMMIT = "commit"  # the workspace's changes applied to the host directory
+
+
 class FailureCode(StrEnum):
     """Why a request failed (``Error.code``)."""
 
@@ -37,6 +50,8 @@ class FailureCode(StrEnum):
     VERSION = "version"  # the client speaks another protocol version
     UNKNOWN_SESSION = "unknown_session"
     UNKNOWN_TURN = "unknown_turn"  # no running turn of this client by that id
+    UNKNOWN_CHECKPOINT = "unknown_checkpoint"  # not a checkpoint of that session (B7)
+    BUSY = "busy"  # a turn of the session runs or waits: branches are between turns (B6)
     BAD_REQUEST = "bad_request"  # readable, but its content is refused
     SHUTTING_DOWN = "shutting_down"  # the daemon takes no new turns
     LIMIT = "limit"  # over a daemon limit (max_sessions_per_client, max_sessions: L6)
@@ -185,6 +200,35 @@ class Steer:
     request_id: str
     session_id: str
     action: SteerAction
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """Client → daemon: checkpoints, rewind, fork and the changes out of a session
+    whose workspace is an overlay (SPEC B1–B10), between its turns (a turn running
+    or waiting: ``Error`` ``busy``). Answer: ``Reply`` whose ``data`` is, by
+    ``action``: ``checkpoint`` the new checkpoint (``id``, ``turn_id``, ``time``,
+    ``label``, ``paths``, ``paths_truncated``, ``merged``, ``duration_ms``); ``checkpoints``
+    ``{"checkpoints": [...], "skipped": [...], "max_checkpoints"}``; ``rewind``
+    ``{"checkpoint", "forgot", "shells_stopped"}``; ``fork`` ``{"session_ids", "at"}``
+    (sessions of this client); ``changes`` ``{"changes": [{"path", "kind", "type",
+    "old_mode", "new_mode"}]}``; ``diff`` ``{"patch"}``; ``export`` ``{"path",
+    "entries"}``; ``commit`` ``{"paths", "conflicts"}``: the paths written, or (nothing
+    written) the paths the host changed since the session started from them.
+    ``checkpoint`` names the rewind's target, the fork's point (empty: now) and the
+    start of ``changes`` and ``diff`` (empty: the host directory); ``count`` and
+    ``options`` are the fork's (its sessions' options over the parent's); ``path`` is
+    the export's destination."""
+
+    type: ClassVar[MessageType] = MessageType.BRANCH
+    request_id: str
+    session_id: str
+    action: BranchAction
+    checkpoint: str = ""
+    label: str = ""
+    count: int = 1
+    options: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ class MessageType(StrEnum):
     END_TURN = "end_turn"
     TURN_EVENT = "turn_event"
     STEER = "steer"
+    BRANCH = "branch"
     APPROVAL_REQUEST = "approval_request"
     APPROVAL_REPLY = "approval_reply"
     STATUS = "status"

@@ -17,6 +17,7 @@ from toolpool.protocol.client import (
     Append,
     ApprovalReply,
     ApprovalRequest,
+    Branch,
     Bye,
     CancelCall,
     Chunk,
@@ -83,6 +84,7 @@ Message: TypeAlias = (
     | EndTurn
     | TurnEvent
     | Steer
+    | Branch
     | ApprovalRequest
     | ApprovalReply
     | Status

@@ -33,7 +33,7 @@ import zmq
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from toolpool.client import ApprovalRequested, Client, ClientError, RequestFailed
+from toolpool.client import ApprovalRequested, Client, ClientError, RequestFailed, Session
 from toolpool.errors import ToolpoolError
 from toolpool.ray.errors import ClusterError, NodeLost
 from toolpool.ray.node import NodeDaemon, NodeEndpoint
@@ -239,6 +239,19 @@ class ToolpoolCluster:
                 f"ObjectRef) or a GitSource, not {type(source).__name__}"
             )
         return str(_get(ref))
+
+    def adopt(self, owner: ClusterSession, session: Session) -> ClusterSession:
+        """A fork of ``owner``'s, on its node, with its client and workspace."""
+        fork = ClusterSession(
+            self, owner.node_id, uuid.uuid4().hex, owner.client, session, owner.workspace, False
+        )
+        fork.owner = owner
+        with self._lock:
+            self._sessions[fork.key] = fork
+            node = self._nodes.get(owner.node_id)
+            if node is not None:
+                node.placed += 1
+        return fork
 
     def release(self, session: ClusterSession) -> None:
         """A session closed: forget it, and remove the workspace made for it."""

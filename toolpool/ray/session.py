@@ -36,12 +36,14 @@ class Placement(Protocol):
 
     def release(self, session: ClusterSession) -> None: ...
 
+    def adopt(self, owner: ClusterSession, session: Session) -> ClusterSession: ...
+
 
 class ClusterSession:
     """A toolpool session on one node of the cluster (``node_id``), on ``workspace``
     (a path on that node). Use it as a ``toolpool.Session``; ``session`` is the
     client session itself. Closing it closes its client and removes a workspace the
-    cluster made for it."""
+    cluster made for it — once its forks (``fork``), which share both, are closed too."""
 
     def __init__(
         self,
@@ -61,6 +63,8 @@ class ClusterSession:
         self.made = made  # the cluster made the workspace, and removes it at close
         self._cluster = cluster
         self.closed = False
+        self.owner: ClusterSession | None = None  # a fork's: whose client and workspace
+        self._forks = 0  # forks open on this session's client and workspace
 
     @property
     def id(self) -> str:
@@ -120,17 +124,34 @@ class ClusterSession:
     def abort(self) -> None:
         self.guarded(self.session.abort)
 
+    def fork(self, n: int = 1, at: str | None = None, **options: Any) -> list[ClusterSession]:
+        """``Session.fork``: ``n`` sessions at checkpoint ``at`` (now by default), on
+        this session's node — their layers are stacked on its (SPEC B12) — sharing its
+        client and workspace, which stay until the last of them closes."""
+        owner = self.owner or self
+        forks = self.guarded(lambda: self.session.fork(n, at, **options))
+        owner._forks += len(forks)
+        return [self._cluster.adopt(owner, fork) for fork in forks]
+
     def close(self) -> None:
         """End the session, close its client, release its workspace. Best effort, as
-        ``Session.close``: a lost node has ended everything already."""
+        ``Session.close``: a lost node has ended everything already. A session whose
+        forks are open leaves its client and workspace to the last of them."""
         if self.closed:
             return
         self.closed = True
+        owner = self.owner or self
         try:
             self.session.close()
-            self.client.close()
         finally:
-            self._cluster.release(self)
+            if self.owner is not None:
+                owner._forks -= 1
+                self._cluster.release(self)
+            if owner.closed and owner._forks == 0:
+                try:
+                    owner.client.close()
+                finally:
+                    self._cluster.release(owner)
 
 
 class ClusterTurn:

@@ -3,9 +3,13 @@ the client of ``layer_holder.py``, one holder process per session.
 
     space = LayerNamespace.start()               # a user + mount namespace, ready
     space.mount("tmpfs", "/run/x/1.l", "tmpfs", "size=1048576,mode=0700")
+    space.overlay("/run/x/1.l/w/merged", ["/ws"], upper, work, ["userxattr"])
     space.outside + "/run/x/1.l"                 # that tmpfs, seen from here
     [*space.enter_argv(), "bwrap", ...]          # a sandbox started inside them
     space.close()                                # the holder ends, its mounts with it
+
+The sessions forked from one another share one holder (``retain``: each ``close``
+lets one user go; the last ends it).
 
 A path is the same inside and outside (the mount namespace is a copy of the host's
 made when the holder started); only what is mounted there differs, which the daemon
@@ -19,10 +23,12 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from toolpool.sandbox import layer_holder
@@ -37,6 +43,8 @@ class LayerNamespace:
         self._process = process
         self.pid = process.pid
         self.outside = f"/proc/{process.pid}/root"
+        self._users = 1
+        self._lock = threading.Lock()  # one request at a time: forks' threads share it
 
     @classmethod
     def start(cls) -> LayerNamespace:
@@ -62,17 +70,47 @@ class LayerNamespace:
         line = self._process.stdout.readline().strip()
         return line or "its holder ended"
 
+    def _ask(self, request: list[object]) -> None:
+        """One request; OSError with the holder's reason when it failed."""
+        assert self._process.stdin is not None
+        with self._lock:
+            try:
+                self._process.stdin.write(json.dumps(request) + "\n")
+                self._process.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                raise OSError("the layers' holder ended") from None
+            answer = self._answer()
+        if answer != "ok":
+            why = answer.removeprefix("error: ")
+            number = re.match(r"\[Errno (\d+)\] ", why)  # OSError's str(): its errno kept
+            if number is None:
+                raise OSError(why)
+            raise OSError(int(number.group(1)), why[number.end() :])
+
     def mount(self, source: str, target: Path | str, kind: str, options: str) -> None:
         """Mount there; OSError with the holder's reason when it could not."""
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.write(json.dumps([source, str(target), kind, options]) + "\n")
-            self._process.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            raise OSError("the layers' holder ended") from None
-        answer = self._answer()
-        if answer != "ok":
-            raise OSError(answer.removeprefix("error: "))
+        self._ask(["mount", source, str(target), kind, options])
+
+    def overlay(
+        self,
+        target: Path | str,
+        lowers: Sequence[str],
+        upper: str,
+        work: str,
+        options: Sequence[str],
+    ) -> None:
+        """An overlay there (``layer_holder.mount_overlay``)."""
+        self._ask(["overlay", str(target), list(lowers), upper, work, list(options)])
+
+    def unmount(self, target: Path | str, *, lazily: bool = False) -> None:
+        """Unmount there (EBUSY when something uses it, unless ``lazily``)."""
+        self._ask(["umount", str(target), lazily])
+
+    def retain(self) -> LayerNamespace:
+        """One more user (a fork's layers); each ``close`` lets one go."""
+        with self._lock:
+            self._users += 1
+        return self
 
     def enter_argv(self) -> tuple[str, ...]:
         """The prefix that runs a command inside these namespaces, as this user."""
@@ -80,7 +118,12 @@ class LayerNamespace:
         return ("nsenter", target, "--user", "--mount", "--preserve-credentials", "--")
 
     def close(self) -> None:
-        """End the holder (its mounts go when nothing runs in them any more)."""
+        """Let one user go; the last ends the holder (its mounts go when nothing runs
+        in them any more)."""
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
         with contextlib.suppress(OSError, ValueError):
             if self._process.stdin is not None:
                 self._process.stdin.close()

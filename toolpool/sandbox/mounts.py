@@ -69,10 +69,15 @@ def bwrap_mounts(
     arguments that mount /), masks of paths that contain a root go first, then what
     must stay visible under a mask (the interpreter, the resolver configuration),
     then the roots, then masks inside the roots. ``views``: what is bound at a root's
-    real path instead of the root itself (its session's overlay of it, V14)."""
+    real path instead of the root itself (its session's overlay of it, V14), and at
+    ``/tmp`` instead of a tmpfs of ``tmp_bytes`` (a layered session's, B1)."""
     real_roots = [os.path.realpath(r) for r in roots]
     args = [*root, "--dev", "/dev", "--proc", "/proc"]
-    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    kept_tmp = (views or {}).get("/tmp")  # a session's own, that outlives its sandbox
+    if kept_tmp is None:
+        args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    else:
+        args += ["--bind", kept_tmp, "/tmp"]
     args += ["--dir", PRIVATE_HOME]
     masks = _masked(policy)
     outer = [m for m in masks if not any(is_under(m, r) for r in real_roots)]

@@ -1,0 +1,195 @@
+"""A session's overlays as stacks of layers (SPEC B1, B3, B5, B11), on real mounts:
+a freeze renames and never copies, a fork's overlay stacks its parent's frozen layers
+and outlives the parent's session, a merge of two layers leaves the tree as it was —
+whatever the operations were (whiteouts, opaque and renamed directories)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolpool.sandbox.layer_merge import squash
+from toolpool.sandbox.layers import SessionLayer, mounts_under
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="mounting layers in the host's namespaces needs root"
+)
+
+
+def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root``: its type, mode and content (a link's target)."""
+    found: dict[str, tuple[object, ...]] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(directory, name)
+            entry = os.lstat(path)
+            key = str(path.relative_to(root))
+            if stat.S_ISLNK(entry.st_mode):
+                found[key] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(entry.st_mode):
+                found[key] = ("dir", stat.S_IMODE(entry.st_mode))
+            elif stat.S_ISCHR(entry.st_mode):  # a layer's whiteout
+                found[key] = ("device", entry.st_rdev)
+            else:
+                found[key] = ("file", stat.S_IMODE(entry.st_mode), path.read_bytes())
+    return found
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Path]:
+    place = tmp_path / "s"
+    place.mkdir()
+    yield place
+    assert mounts_under(place) == [], "a layer stayed mounted"
+
+
+def base_tree(workspace: Path) -> None:
+    for directory in ("a", "a/b", "c", "e", "e/f", "g"):
+        (workspace / directory).mkdir()
+    for name in ("a/1", "a/b/2", "c/3", "e/f/4", "g/5", "top"):
+        (workspace / name).write_text(f"{name}\n")
+
+
+@pytest.mark.spec("B1")
+def test_B1_a_freeze_renames_the_upper_layer_and_copies_nothing(
+    store: Path, workspace: Path
+) -> None:
+    # Given a session's workspace overlay with a file written in it
+    base_tree(workspace)
+    layer = SessionLayer.make(store / "1.l", 64 * 2**20)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        (view / "made.txt").write_text("made\n")
+        overlay = layer.overlays["w"]
+        upper = os.stat(layer.seen(overlay.upper))
+        made = os.stat(layer.seen(overlay.upper) / "made.txt")
+        # When the session checkpoints
+        assert layer.freeze() == ["w"]
+        # Then the upper layer became the frozen one, the same inodes (a rename)
+        frozen = layer.seen(overlay.frozen[0].path)
+        assert os.stat(frozen).st_ino == upper.st_ino
+        assert os.stat(frozen / "made.txt").st_ino == made.st_ino
+        # and a fresh, empty upper layer is mounted over it: the view is unchanged
+        assert os.listdir(layer.seen(overlay.upper)) == []
+        assert (view / "made.txt").read_text() == "made\n"
+        assert layer.depths() == {"w": 1}
+        # A checkpoint of nothing new freezes nothing and unmounts nothing
+        assert layer.freeze() == [] and layer.depths() == {"w": 1}
+    finally:
+        layer.remove()
+    assert not (store / "1.l").exists()
+
+
+@pytest.mark.spec("B11")
+def test_B11_a_forks_layers_outlive_its_parent_and_go_with_the_last_user(
+    store: Path, workspace: Path
+) -> None:
+    # Given a parent whose workspace froze a layer, and a fork stacked on it
+    base_tree(workspace)
+    parent = SessionLayer.make(store / "1.l", 64 * 2**20)
+    fork = None
+    try:
+        view = parent.seen(parent.mount_workspace(workspace))
+        (view / "parent.txt").write_text("parent\n")
+        parent.freeze()
+        point = parent.depths()
+        fork = SessionLayer.make(store / "2.l", 64 * 2**20)
+        forked = fork.seen(fork.mount_workspace(workspace, parent.inherit(point)))
+        frozen = parent.overlays["w"].frozen[0]
+        assert frozen.users == 2
+        # When the parent's session ends first
+        parent.remove()
+        # Then its tmpfs stays, holding the layer the fork stacks, and the fork reads it
+        assert (store / "1.l").is_dir() and str(store / "1.l") in mounts_under(store)
+        assert (forked / "parent.txt").read_text() == "parent\n"
+        assert frozen.users == 1
+        # When the fork ends too, the last user of that layer: everything goes
+        fork.remove()
+        fork = None
+        assert not (store / "1.l").exists() and not (store / "2.l").exists()
+    finally:
+        if fork is not None:
+            fork.remove()
+        parent.remove()
+
+
+def _operation(rng: random.Random, view: Path, number: int) -> None:
+    """One random change of the tree through the overlay, as a command would make it."""
+    entries = sorted(str(p.relative_to(view)) for p in view.rglob("*"))
+    files = [e for e in entries if (view / e).is_file() and not (view / e).is_symlink()]
+    directories = [e for e in entries if (view / e).is_dir() and not (view / e).is_symlink()]
+    choice = rng.choice(["write", "append", "delete", "rmtree", "rename_dir", "chmod",
+                         "symlink", "mkdir", "opaque", "rename_file"])  # fmt: skip
+    where = rng.choice(["", *directories])
+    target = view / where / f"n{number}"
+    if choice == "write" or (choice in ("append", "delete", "chmod", "rename_file") and not files):
+        target.write_bytes(rng.randbytes(rng.randint(0, 64)))
+    elif choice == "append":
+        with open(view / rng.choice(files), "ab") as file:
+            file.write(b"+")
+    elif choice == "delete":
+        os.unlink(view / rng.choice(files))
+    elif choice == "chmod":
+        os.chmod(view / rng.choice(files), rng.choice([0o600, 0o755, 0o640]))
+    elif choice == "rename_file":
+        os.rename(view / rng.choice(files), target)
+    elif choice == "symlink":
+        target.symlink_to(rng.choice(["/etc/passwd", "../top", f"n{number}-dangling"]))
+    elif choice in ("rmtree", "rename_dir", "opaque") and not directories:
+        target.mkdir()
+    elif choice == "rmtree":
+        shutil.rmtree(view / rng.choice(directories))
+    elif choice == "rename_dir":
+        moved = rng.choice(directories)
+        if not (where == moved or where.startswith(moved + "/")):
+            os.rename(view / moved, target)  # redirect_dir: a redirect in the layer
+    elif choice == "opaque":
+        victim = rng.choice(directories)
+        shutil.rmtree(view / victim)
+        (view / victim).mkdir()
+        (view / victim / f"o{number}").write_text("in an opaque directory\n")
+    else:
+        target.mkdir()
+
+
+@pytest.mark.spec("B5")
+@pytest.mark.parametrize("seed", range(12))
+def test_B5_a_merge_of_two_layers_leaves_the_tree_as_it_was(
+    store: Path, workspace: Path, seed: int
+) -> None:
+    # Given a session whose two turns made random changes, each frozen in a layer
+    rng = random.Random(seed)
+    base_tree(workspace)
+    layer = SessionLayer.make(store / "1.l", 64 * 2**20)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        number = 0
+        for _turn in range(3):
+            for _ in range(rng.randint(3, 12)):
+                number += 1
+                _operation(rng, view, number)
+            layer.freeze()
+        overlay = layer.overlays["w"]
+        assert len(overlay.frozen) == 3
+        before = snapshot(view)
+        frozen = [layer.seen(f.path) for f in overlay.frozen]
+        kept = [snapshot(f) for f in frozen]
+        # When the first two layers are merged into one and swapped in
+        merged = squash(overlay, 0, layer, "m0")
+        overlay.replace(0, 1, merged)
+        # Then the tree is the same, now on two layers, and the merged layers were
+        # never written (a fork may stack them)
+        assert snapshot(view) == before
+        assert len(overlay.frozen) == 2
+        assert [snapshot(f) for f in frozen[2:]] == kept[2:]
+        # and the session writes on as before
+        (view / "after.txt").write_text("after\n")
+        assert (view / "after.txt").read_text() == "after\n"
+    finally:
+        layer.remove()
