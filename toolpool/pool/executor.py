@@ -147,7 +147,7 @@ class PoolExecutor:
         pool = self.pool
         frames = self._frames(self._context(ctx, network, view), wire)
         ticket = pool.ticket()
-        frame = frames.frame(call.id, call.name, call.arguments, stamps, ticket, request.stage)
+        execute = frames.execute(call.id, call.name, call.arguments, stamps, ticket, request.stage)
         token = ctx.cancel_token
 
         def finished(outcome: PoolOutcome) -> None:
@@ -158,11 +158,8 @@ class PoolExecutor:
             else:
                 done(self._result(call, outcome, token))
 
-        pool.submit_frame(
-            frame,
-            call.id,
-            ticket,
-            frames.context,
+        pool.submit(
+            execute,
             network=network,
             token=token,
             on_progress=ctx.progress,

@@ -66,7 +66,7 @@ from toolpool.pool.workers import (
     Worker,
     WorkerState,
 )
-from toolpool.protocol import CallContext, Execute, Message, encode
+from toolpool.protocol import EncodedExecute, Execute, Message
 from toolpool.sandbox import command as sandbox_command
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
@@ -162,7 +162,7 @@ class WorkerPool:
 
     def submit(
         self,
-        execute: Execute,
+        execute: Execute | EncodedExecute,
         *,
         network: bool,
         token: CancelToken,
@@ -172,53 +172,24 @@ class WorkerPool:
         holdable: bool = False,
         on_preview: Callable[[Any, bool], None] | None = None,
     ) -> Call:
-        """Run ``execute`` on a worker; returns at once. ``done(outcome)`` is called
-        exactly once, from the event loop's thread (before ``submit`` returns when
-        the answer is known at once): every way the call can end is an outcome —
-        ``FAILED`` when the pool cannot run it (closed, no worker can start).
-        ``limits`` are the call's (its wall time is counted here); ``holdable``: the
-        call is read-only, so it may be held at a busy worker and run again elsewhere
-        when a worker's death leaves it in doubt (SPEC H4). ``token`` cancels it:
-        queued or held, it never starts. Returns the pool's record of the call."""
-        return self.submit_frame(
-            encode(execute),
-            execute.call_id,
-            execute.ticket,
-            execute.context,
-            network=network,
-            token=token,
-            on_progress=on_progress,
-            limits=limits,
-            done=done,
-            holdable=holdable,
-            on_preview=on_preview,
-        )
-
-    def submit_frame(
-        self,
-        frame: bytes,
-        call_id: str,
-        ticket: int,
-        context: CallContext,
-        *,
-        network: bool,
-        token: CancelToken,
-        on_progress: Callable[[Any], None],
-        limits: Limits,
-        done: Done,
-        holdable: bool = False,
-        on_preview: Callable[[Any, bool], None] | None = None,
-    ) -> Call:
-        """``submit`` of an ``Execute`` encoded already (``frame``: its ``call_id``,
-        ``ticket`` and ``context``)."""
+        """Run ``execute`` (a message, or its frame: ``ExecuteFrames``) on a worker;
+        returns at once. ``done(outcome)`` is called exactly once, from the event
+        loop's thread (before ``submit`` returns when the answer is known at once):
+        every way the call can end is an outcome — ``FAILED`` when the pool cannot run
+        it (closed, no worker can start). ``limits`` are the call's (its wall time is
+        counted here); ``holdable``: the call is read-only, so it may be held at a busy
+        worker and run again elsewhere when a worker's death leaves it in doubt (SPEC
+        H4). ``token`` cancels it: queued or held, it never starts. Returns the pool's
+        record of the call."""
+        encoded = execute if isinstance(execute, EncodedExecute) else EncodedExecute.of(execute)
         dispatch = self.dispatch
         offline = self.supervisor.offline_default and not network
         call = Call(
             dispatch,
-            call_id,
-            ticket,
-            frame,
-            context,
+            encoded.call_id,
+            encoded.ticket,
+            encoded.frame,
+            encoded.context,
             limits,
             offline=offline,
             holdable=holdable,

@@ -53,6 +53,7 @@ from toolpool.protocol.client import (
 from toolpool.protocol.events import EventReader, event_to_wire
 from toolpool.protocol.frames import (
     HEADER_BYTES,
+    EncodedExecute,
     ExecuteFrames,
     decode,
     encode,
@@ -112,6 +113,7 @@ __all__ = [
     "CancelCall",
     "Chunk",
     "CloseSession",
+    "EncodedExecute",
     "EndTurn",
     "Error",
     "EventReader",
