@@ -87,6 +87,12 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("curve_secret_key", PathKind(), "the server's CURVE key file (zmq.auth format)"),
     _setting("curve_authorized_keys", PathKind(), "a directory of the clients' public keys"),
     _setting("tool_modules", _MODULES, "modules whose tools the daemon offers"),
+    _setting(
+        "session_tools",
+        Choice(("local", "any", "off")),
+        "who may ship tools of their program with a session (A5): clients on the Unix "
+        "socket (local), TCP clients too (any), none (off)",
+    ),
     _setting("min_workers", Integer(0), "pre-started workers"),
     _setting("max_workers", Integer(1), "the most workers; past them, calls queue"),
     _setting("max_tool_concurrency", Integer(1), "safe calls of a turn run side by side"),
@@ -202,6 +208,9 @@ class DaemonConfig:
     curve_secret_key: Path | None = None  # the server's key file (zmq.auth format)
     curve_authorized_keys: Path | None = None  # a directory of clients' public keys
     tool_modules: tuple[str, ...] = ("toolpool.tools",)
+    # Who may ship tools with a session (SPEC A6): the Unix socket's clients, the
+    # daemon's own user; "any": TCP clients too; "off": none.
+    session_tools: str = "local"
     min_workers: int = 2
     max_workers: int = 4
     max_tool_concurrency: int = 10

@@ -29,6 +29,7 @@ from toolpool.daemon.audit import AuditLog, Auditor
 from toolpool.daemon.clients import Cancellable, Clients, Transport
 from toolpool.daemon.records import Address, BadRequest
 from toolpool.daemon.sessions import Sessions
+from toolpool.daemon.shipped import SessionTools
 from toolpool.daemon.status import daemon_status, tool_definitions
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.turn import Turn
@@ -75,7 +76,11 @@ class DaemonCore:
         max_sessions_per_client: int = 64,
         max_sessions: int = 1024,
         audit: AuditLog | None = None,
+        session_tools: SessionTools = SessionTools.LOCAL,
+        is_local: Callable[[Address], bool] = lambda _: True,
     ) -> None:
+        """``session_tools`` and ``is_local``: who may ship tools with a session, and
+        whether a client came over the Unix socket (``Sessions``, SPEC A6)."""
         self.coordinator = coordinator
         self.pool = pool
         self.auditor = None if audit is None else Auditor(audit)
@@ -95,6 +100,8 @@ class DaemonCore:
             max_sessions_per_client=max_sessions_per_client,
             max_sessions=max_sessions,
             auditor=self.auditor,
+            session_tools=session_tools,
+            is_local=is_local,
         )
         self.started_at = time.time()
         if pool is not None:  # its background shells are capped per client too (L9)

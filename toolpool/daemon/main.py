@@ -23,6 +23,7 @@ from toolpool.daemon import logs
 from toolpool.daemon.audit import AuditLog, AuditLogRefused
 from toolpool.daemon.config import DaemonConfig, tool_registry
 from toolpool.daemon.server import Server, curve_keys, is_loopback
+from toolpool.daemon.shipped import SessionTools
 from toolpool.engine.coordinator import Coordinator
 from toolpool.errors import ToolpoolError
 from toolpool.images import default_cache_root
@@ -198,6 +199,7 @@ async def _serve(
         max_sessions=config.max_sessions,
         spill_dir=spill,
         audit=audit,
+        session_tools=SessionTools(config.session_tools),
     )
     authenticator = None
     try:

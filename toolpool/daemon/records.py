@@ -10,6 +10,7 @@ from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
 from toolpool.engine.session import Session
 from toolpool.engine.turn import Turn
+from toolpool.pool import Binding
 from toolpool.protocol import FailureCode
 
 # A client is a ROUTER socket and the identity ZeroMQ gave its connection there.
@@ -31,6 +32,7 @@ class SessionEntry:
     approval_timeout: float
     turns: dict[str, Turn] = field(default_factory=dict)
     turn_of_call: dict[str, str] = field(default_factory=dict)
+    binding: Binding | None = None  # the pool's side of its shipped tools (SPEC A6)
 
 
 @dataclass(eq=False)

@@ -14,6 +14,11 @@ from toolpool.providers import definitions
 from toolpool.session_options import DEFAULT_LAYER_BYTES, ImageRoot, SessionOptions
 
 
+def _shipped(entry: SessionEntry) -> list[str]:
+    """The names of the tools the session's client shipped (its own, beside ours)."""
+    return [spec.name for spec in entry.session.tools if spec.binding is entry.binding]
+
+
 def daemon_status(
     coordinator: Coordinator,
     pool: WorkerPool | None,
@@ -43,6 +48,7 @@ def daemon_status(
             "shell": entry.session.options.shell.value,
             "sandboxes": sandboxes.get(session_id, []),  # V1: network, state, pid
             "environment": _environment(entry.session.options, pool, session_id),
+            "shipped_tools": [] if entry.binding is None else _shipped(entry),  # A5
         }
     status: dict[str, Any] = {
         "pid": os.getpid(),

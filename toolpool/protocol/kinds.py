@@ -16,6 +16,9 @@ PROTOCOL_VERSION = 3
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 CHUNK_BYTES = 4 * 1024 * 1024
 MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
+# The largest pickle of a session's shipped tools (SPEC A5): each worker bound to the
+# session is spawned with it, through the zygote's pipe.
+MAX_SHIPPED_BYTES = 16 * 1024 * 1024
 
 
 class ProtocolError(ToolpoolError):
