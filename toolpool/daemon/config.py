@@ -283,11 +283,22 @@ _DEFAULTS = {
 }
 
 
+def shown(value: Any) -> str:
+    """A setting's value as a message shows it: as it is written (SPEC E8) — a path
+    as its text, a list comma-separated as a flag gives it — never a Python repr."""
+    if isinstance(value, Path):
+        value = str(value)
+    elif isinstance(value, tuple | list | frozenset | set):
+        items = sorted(value) if isinstance(value, frozenset | set) else value
+        value = ",".join(str(item) for item in items)
+    return repr(value)
+
+
 def _check_relations(get: Callable[[str], Any], sources: Mapping[str, str]) -> None:
     """What no single setting can say: the settings together (``get`` gives a value)."""
 
     def named(name: str) -> str:
-        return f"{name} = {get(name)!r} ({sources.get(name, DEFAULT)})"
+        return f"{name} = {shown(get(name))} ({sources.get(name, DEFAULT)})"
 
     if get("min_workers") > get("max_workers"):
         raise ConfigError(
@@ -315,12 +326,12 @@ def check_tool_modules(modules: tuple[str, ...], source: str) -> None:
                 found = False
             except Exception as exc:  # a parent package that fails as it is imported
                 raise ConfigError(
-                    f"{source}: tool_modules = {modules!r}: importing {ref!r} failed: "
+                    f"{source}: tool_modules = {shown(modules)}: importing {ref!r} failed: "
                     f"{type(exc).__name__}: {exc}"
                 ) from None
         if not found:
             raise ConfigError(
-                f"{source}: tool_modules = {modules!r}: no module {ref!r} "
+                f"{source}: tool_modules = {shown(modules)}: no module {ref!r} "
                 "(expected an importable module name or a .py file)"
             )
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +78,14 @@ class DaemonCore:
         audit: AuditLog | None = None,
         session_tools: SessionTools = SessionTools.LOCAL,
         is_local: Callable[[Address], bool] = lambda _: True,
+        mcp_left_out: Sequence[Mapping[str, str]] = (),
     ) -> None:
         """``session_tools`` and ``is_local``: who may ship tools with a session, and
-        whether a client came over the Unix socket (``Sessions``, SPEC A6)."""
+        whether a client came over the Unix socket (``Sessions``, SPEC A6);
+        ``mcp_left_out``: the MCP servers and tools left out at start, which
+        ``status`` tells (SPEC E9)."""
         self.coordinator = coordinator
+        self.mcp_left_out = [dict(item) for item in mcp_left_out]
         self.pool = pool
         self.auditor = None if audit is None else Auditor(audit)
         self.clients = Clients(
@@ -218,6 +222,7 @@ class DaemonCore:
             started_at=self.started_at,
             closing=len(self.sessions.closing),
             approvals=len(self.sessions.approvals),
+            mcp_left_out=self.mcp_left_out,
         )
 
     def tools(self, format: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ class Server:
         spill_dir: Path | None = None,
         audit: AuditLog | None = None,
         session_tools: SessionTools = SessionTools.LOCAL,
+        mcp_left_out: Sequence[Mapping[str, str]] = (),
     ) -> None:
         self.ping_interval = ping_interval
         self.client_stall_seconds = client_stall_seconds
@@ -79,6 +81,7 @@ class Server:
             audit=audit,
             session_tools=session_tools,
             is_local=self.is_local,
+            mcp_left_out=mcp_left_out,
         )
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._raw: list[zmq.Socket[bytes]] = []  # bound, not yet driven by the loop

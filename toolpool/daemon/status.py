@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolpool.daemon.records import Address, ClientState, SessionEntry
@@ -29,6 +29,7 @@ def daemon_status(
     started_at: float,
     closing: int,
     approvals: int,
+    mcp_left_out: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """Sessions (their background shells too), clients and what waits for them, the
     pool's workers, the sandbox."""
@@ -69,6 +70,8 @@ def daemon_status(
         "max_tool_concurrency": coordinator.max_tool_concurrency,
         "max_tool_errors": coordinator.max_tool_errors,
         "running_as_root": os.geteuid() == 0,
+        # MCP servers, and tools of theirs, the daemon started without (SPEC E9).
+        "mcp_left_out": list(mcp_left_out),
     }
     if pool is not None:
         workers = pool.statistics()
