@@ -364,3 +364,38 @@ async def test_A5_A2_a_toolbox_offers_the_tools_it_ships(daemon: Daemon, workspa
     assert "read" in offered and offered["tally"].description.startswith("Say the word")
     assert offered["tally"].schema["required"] == ["word"]
     assert said.text == "hi #1", said.text
+
+
+@pytest.mark.spec("A6", "D4")
+def test_A6_a_stubborn_tool_goes_with_its_session(daemon: Daemon, workspace: Path) -> None:
+    # Given a shipped tool that ignores the cancel signal and sleeps
+    started = workspace / "started"
+
+    @tool(interrupt_behavior="cancel")
+    def stubborn() -> str:
+        """Sleep through everything."""
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        started.write_text(str(os.getpid()))
+        time.sleep(120)
+        return "woke"
+
+    with Client(runtime_dir=daemon.runtime, timeout=60) as client:
+        session = client.session(workspace, tools=[stubborn])
+        session_id = session.id
+        turn = session.submit([_call("stubborn")])
+        deadline = time.monotonic() + 30  # hang guards, not measures
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(started.read_text())
+        assert client.status()["sessions"][session_id]["bound_workers"] == [pid]
+        # When the session closes under it
+        session.close()
+        (result,) = turn.results()
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Then the call ended cancelled, its worker is gone, and the session with it
+        assert result.error_code is ErrorCode.CANCELLED, result.text
+        assert _gone(pid)
+        assert session_id not in client.status()["sessions"]

@@ -17,7 +17,14 @@ from toolpool import Client, RequestFailed, ToolCall
 from toolpool.client.shipping import pack
 from toolpool.daemon.records import BadRequest
 from toolpool.daemon.shipped import WORKERS_PYTHON, SessionTools, admit
-from toolpool.protocol import MAX_SHIPPED_BYTES, Result, ShippedTools, Withdrawn
+from toolpool.protocol import (
+    MAX_SHIPPED_BYTES,
+    MAX_SHIPPED_SCHEMA_BYTES,
+    MAX_SHIPPED_TOOLS,
+    Result,
+    ShippedTools,
+    Withdrawn,
+)
 
 from .daemon_support import running_daemon
 from .direct_worker import DirectWorker
@@ -62,6 +69,20 @@ def test_A6_the_daemon_admits_what_it_can_judge_and_nothing_else() -> None:
     assert "empty" in _refusal(dataclasses.replace(_shipped(), tools=()))
     huge = dataclasses.replace(_shipped(), payload=b"x" * (MAX_SHIPPED_BYTES + 1))
     assert f"{MAX_SHIPPED_BYTES:,}" in _refusal(huge)
+    # ... and no more work than a few compiled schemas, however large the frame (L10)
+    many = _shipped()
+    many = dataclasses.replace(many, tools=many.tools * (MAX_SHIPPED_TOOLS + 1))
+    assert f"more than {MAX_SHIPPED_TOOLS}" in _refusal(many)
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(4000)}}
+    assert f"more than {MAX_SHIPPED_SCHEMA_BYTES:,}" in _refusal(_shipped(schema=wide))
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(5000):
+        deep = {"type": "object", "properties": {"x": deep}}
+    assert "schema cannot be read" in _refusal(_shipped(schema=deep))
+    nested: dict[str, Any] = {"type": "object"}
+    for _ in range(400):  # as deep as a frame can carry (msgpack packs 512 levels)
+        nested = {"type": "object", "properties": {"x": nested}}
+    assert "nested too deep" in _refusal(_shipped(schema=nested))
 
 
 @pytest.mark.spec("A6")

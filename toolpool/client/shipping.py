@@ -68,6 +68,10 @@ def pack(tools: Iterable[Any]) -> wire.ShippedTools:
             if callable(options.get(hook)):
                 options[hook] = _portable(options[hook])
         shipped.append((made.name, _portable(fn), options))
+    if len(definitions) > wire.MAX_SHIPPED_TOOLS:
+        raise ShippingError(
+            f"{len(definitions)} session tools, more than {wire.MAX_SHIPPED_TOOLS} a session ships"
+        )
     payload = _pickled(shipped)
     if len(payload) > wire.MAX_SHIPPED_BYTES:
         raise ShippingError(

@@ -3,7 +3,9 @@
 The daemon never runs a shipped tool's code, nor unpickles it: it checks who ships
 (``session_tools``: its own user over its Unix socket by default, TCP clients only
 when the operator says, none at all with "off"), that the Python that pickled them
-is the workers' (major.minor), and each tool's name and JSON schema (T1); the
+is the workers' (major.minor), how many tools and how large (each schema is compiled
+as the session opens, on the event loop: L10), and each tool's name and JSON schema
+(T1); the
 pipeline and the scheduler then see a ``ClientTool`` per tool — the answers the
 client sent as values — and the pool runs its calls on workers bound to the session,
 which load the pickle once confined (``WorkerPool.bind``).
@@ -11,6 +13,7 @@ which load the pickle once confined (``WorkerPool.bind``).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from enum import StrEnum
@@ -18,7 +21,14 @@ from typing import Any
 
 from toolpool.daemon.records import BadRequest
 from toolpool.errors import ToolDefinitionError
-from toolpool.protocol import MAX_SHIPPED_BYTES, FailureCode, ShippedTool, ShippedTools
+from toolpool.protocol import (
+    MAX_SHIPPED_BYTES,
+    MAX_SHIPPED_SCHEMA_BYTES,
+    MAX_SHIPPED_TOOLS,
+    FailureCode,
+    ShippedTool,
+    ShippedTools,
+)
 from toolpool.registry import ToolSpec
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 
@@ -55,12 +65,25 @@ def admit(shipped: ShippedTools, setting: SessionTools, *, local: bool) -> list[
         _refuse(f"their pickle is {len(shipped.payload):,} bytes, over {MAX_SHIPPED_BYTES:,}")
     if not shipped.tools:
         _refuse("the list of tools is empty")
+    if len(shipped.tools) > MAX_SHIPPED_TOOLS:
+        _refuse(f"{len(shipped.tools)} tools, more than {MAX_SHIPPED_TOOLS}")
     specs: list[ToolSpec] = []
     for definition in shipped.tools:
+        try:
+            size = len(json.dumps(definition.schema, default=str))
+        except (RecursionError, ValueError) as exc:  # nested past what Python walks
+            _refuse(f"tool {definition.name[:64]!r}: its schema cannot be read ({exc})")
+        if size > MAX_SHIPPED_SCHEMA_BYTES:
+            _refuse(
+                f"tool {definition.name[:64]!r}: its schema is {size:,} bytes of JSON, "
+                f"more than {MAX_SHIPPED_SCHEMA_BYTES:,}"
+            )
         try:
             spec = ToolSpec(ClientTool(definition))  # T1: the name, the schema, the answers
         except ToolDefinitionError as exc:
             _refuse(str(exc))
+        except RecursionError:  # a schema nested deeper than its checker walks
+            _refuse(f"tool {definition.name[:64]!r}: its schema is nested too deep to check")
         if any(s.name == spec.name for s in specs):
             _refuse(f"two tools are named {spec.name!r}")
         specs.append(spec)

@@ -19,6 +19,12 @@ def _shipped(entry: SessionEntry) -> list[str]:
     return [spec.name for spec in entry.session.tools if spec.binding is entry.binding]
 
 
+def _bound(pool: WorkerPool | None, entry: SessionEntry) -> list[int]:
+    if pool is None or entry.binding is None:
+        return []
+    return pool.bound_workers(entry.binding)
+
+
 def daemon_status(
     coordinator: Coordinator,
     pool: WorkerPool | None,
@@ -50,6 +56,7 @@ def daemon_status(
             "sandboxes": sandboxes.get(session_id, []),  # V1: network, state, pid
             "environment": _environment(entry.session.options, pool, session_id),
             "shipped_tools": [] if entry.binding is None else _shipped(entry),  # A5
+            "bound_workers": _bound(pool, entry),  # A6: the pids of its tools' workers
         }
     status: dict[str, Any] = {
         "pid": os.getpid(),

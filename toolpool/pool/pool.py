@@ -286,6 +286,14 @@ class WorkerPool:
         self.dispatch.bind([binding.kind(False), binding.kind(True)])
         return binding
 
+    def bound_workers(self, binding: Binding) -> list[int]:
+        """The pids of the live workers of ``binding`` (``status``)."""
+        return [
+            w.pid
+            for w in self._workers.values()
+            if w.binding is binding and w.pid and w.state is not WorkerState.DEAD
+        ]
+
     def unbind(self, binding: Binding) -> None:
         """The session closed: its workers retire (once their calls are over), and a
         call of its tools that still comes is refused."""
