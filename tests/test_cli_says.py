@@ -1,8 +1,8 @@
-"""What the command line says, tried as a new user would (issue 29's findings): a
-setting it cannot use is named with its path as written (E8); what the daemon left
-out is said by every command that shows the daemon (E9); ``toolpool audit`` finds the
-log of a daemon started with ``--audit-log`` (R1); a workspace that is not there is
-a usage error (E2)."""
+"""What the command line says, tried as a new user would: a setting it cannot use is
+named with its path as written (E8); what the daemon left out is said by every
+command that shows the daemon (E9); ``toolpool audit`` finds the log of a daemon
+started with ``--audit-log`` (R1); a workspace that is not there is a usage error
+(E2)."""
 
 from __future__ import annotations
 
@@ -131,9 +131,7 @@ def test_E9_mcp_servers_left_out_are_said_by_start_status_and_tools(tmp_path: Pa
         status = toolpool(tmp_path, "status", "--runtime-dir", runtime)
         daemon_status = toolpool(tmp_path, "daemon", "status", "--runtime-dir", runtime)
         listed = toolpool(tmp_path, "tools", "--runtime-dir", runtime)
-        as_json = json.loads(
-            toolpool(tmp_path, "status", "--json", "--runtime-dir", runtime).stdout
-        )
+        as_json = toolpool(tmp_path, "status", "--json", "--runtime-dir", runtime)
     # Then each command that shows the daemon names both, and why
     for said in (started.stderr, status.stdout, daemon_status.stdout, listed.stderr):
         assert "MCP server 'files' is left out" in said, said
