@@ -204,6 +204,8 @@ def _cmd_call(args: argparse.Namespace) -> int:
     from toolpool.models import ToolCall
 
     calls = _parse_calls(args.calls)
+    if not Path(args.workspace).is_dir():  # a usage error, before any daemon is asked
+        raise UsageError(f"call: --workspace {args.workspace}: no such directory")
     console = _console()
     results = []
     with _client(args) as client, client.session(args.workspace) as session:
@@ -222,11 +224,14 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     """The daemon's tools when one answers (it knows the tools of its MCP servers too);
     else the configured tool modules', loaded here."""
     from toolpool.client import Client, DaemonUnavailable
+    from toolpool.client.control import left_out
 
     definitions = None
     try:
         with Client(args.endpoint, runtime_dir=args.runtime_dir) as client:
             definitions = client.tools(args.format, args.profile)
+            for line in left_out(client.status()):  # not listed: say why (E9)
+                _note(line)
     except DaemonUnavailable:
         if args.endpoint is not None or os.environ.get("TOOLPOOL_ENDPOINT"):
             raise  # that daemon was asked for by name
@@ -267,16 +272,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    """The audit log's records; the file is ``--file``, else the configured one."""
+    """The audit log's records; the file is ``--file``, else the configured one, else
+    the one the last daemon started in the runtime dir kept."""
     from toolpool.client.audit import print_audit
 
     path = args.file
     if path is None:
         from toolpool.daemon.config import load_config
+        from toolpool.runtime import last_audit_log
 
-        path = load_config({"config": args.config}).audit_log
+        flags = {"config": args.config, "runtime_dir": args.runtime_dir}
+        config = load_config(flags, check_modules=False)
+        # The configured log, else the one the last daemon of the runtime dir kept (a
+        # daemon started with --audit-log says where it is).
+        path = config.audit_log or last_audit_log(config.runtime_dir)
         if path is None:
-            raise UsageError("audit: no audit log: set audit_log, or say --file PATH")
+            raise UsageError(
+                "audit: no audit log: set audit_log, or say --file PATH (no daemon was "
+                f"started with one in {config.runtime_dir})"
+            )
     print_audit(path, session=args.session, follow=args.follow, raw=args.json)
     return ExitCode.OK
 
@@ -454,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="the audit log: one line per call (no daemon needed)")
     audit.add_argument("--file", type=Path, help="the log (default: the audit_log setting)")
     audit.add_argument("--config", help="TOML configuration file, for its audit_log")
+    audit.add_argument(
+        "--runtime-dir", type=Path, help="the daemon's runtime directory, for the log it kept"
+    )
     audit.add_argument("--session", help="only this session's calls")
     audit.add_argument("--follow", "-f", action="store_true", help="wait for new lines")
     audit.add_argument("--json", action="store_true", help="the records as JSON lines")
@@ -531,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command; no traceback for bad input, one prefix, one table of exit codes."""
     from toolpool.client import DaemonUnavailable
     from toolpool.daemon.config import ConfigError
+    from toolpool.runtime import PathSettingError
 
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -546,7 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.FAILED
     except Exception as exc:
-        code, message = _exit_for(exc, (ConfigError, UsageError), DaemonUnavailable)
+        usage = (ConfigError, PathSettingError, UsageError)
+        code, message = _exit_for(exc, usage, DaemonUnavailable)
         if _debug():
             traceback.print_exc()
         _error(message)

@@ -9,6 +9,9 @@ before it has ended, then begins in a callback of the loop.
 Its ``tool_profile`` ("toolpool", "claude-code", "codex": toolpool.profiles) says
 whose tool names its calls use (SPEC F12).
 
+Its ``tools`` are the tools its calls may name: the coordinator's registry, or one
+with the session's own tools beside them (a client's shipped tools, SPEC A5).
+
 Its scratch directory (spill files: bash's in ``bash/``, cut results' in ``output/``)
 is ``<scratch_root>/<session id>``, created mode 0700 when the session opens and
 removed when it closes (SPEC X8); without a ``scratch_root`` the session makes a
@@ -33,6 +36,7 @@ from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
 from toolpool.profiles import offers
+from toolpool.registry import ToolRegistry
 from toolpool.runtime import private_dir
 from toolpool.sandbox.limits import Limits
 from toolpool.session_options import ImageRoot, SessionOptions, Shell, WorkspaceMode
@@ -60,7 +64,8 @@ class SessionStatistics:
 class Session:
     """``options`` are the session's (``toolpool.session_options``, checked there);
     ``max_tool_errors`` and ``turn_output_chars`` are the coordinator's, for the
-    options that leave them unset."""
+    options that leave them unset; ``tools`` the registry its calls are looked up in
+    (the coordinator's, or one with the session's own tools in it; none: empty)."""
 
     def __init__(
         self,
@@ -71,6 +76,7 @@ class Session:
         scratch_root: Path | None = None,
         max_tool_errors: int = 3,
         turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
+        tools: ToolRegistry | None = None,
     ) -> None:
         options = options or SessionOptions()
         root = Path(workspace).resolve()
@@ -79,6 +85,7 @@ class Session:
         self.id = session_id or uuid.uuid4().hex[:12]
         self.workspace = root
         self.options = options
+        self.tools = ToolRegistry() if tools is None else tools
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
         self.persistent_shell = options.shell is Shell.PERSISTENT

@@ -280,7 +280,7 @@ class Turn:
     # -- running -------------------------------------------------------------------
 
     def _plan(self, call: ToolCall) -> CallPlan:
-        spec = self._pipeline.registry.get(call.name)
+        spec = self.session.tools.get(call.name)
         if spec is None:
             # An unknown tool ends at P4 without running anything: nothing to protect.
             return CallPlan(safe=True, cancel_on_interrupt=True)

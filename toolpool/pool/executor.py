@@ -168,6 +168,7 @@ class PoolExecutor:
             # Only validate and preview would run: no more read-only than they are.
             holdable=request.stage is not Stage.PREPARE and spec.read_only(call.arguments),
             on_preview=request.on_preview,
+            binding=spec.binding,  # a session's shipped tool: its own workers (A6)
         )
 
     def _mount_view(self, request: ExecutionRequest, done: Done, context: CallContext) -> None:

@@ -56,8 +56,10 @@ from toolpool.pool.shell_bounds import ShellCaps
 from toolpool.pool.shells import ShellSupervisor
 from toolpool.pool.supervisor import ProcessesFactory, Supervisor
 from toolpool.pool.workers import (
+    Binding,
     Call,
     Done,
+    Kind,
     OutcomeStatus,
     PoolConfig,
     PoolError,
@@ -171,6 +173,7 @@ class WorkerPool:
         done: Done,
         holdable: bool = False,
         on_preview: Callable[[Any, bool], None] | None = None,
+        binding: Binding | None = None,
     ) -> Call:
         """Run ``execute`` (a message, or its frame: ``ExecuteFrames``) on a worker;
         returns at once. ``done(outcome)`` is called exactly once, from the event
@@ -179,11 +182,13 @@ class WorkerPool:
         it (closed, no worker can start). ``limits`` are the call's (its wall time is
         counted here); ``holdable``: the call is read-only, so it may be held at a busy
         worker and run again elsewhere when a worker's death leaves it in doubt (SPEC
-        H4). ``token`` cancels it: queued or held, it never starts. Returns the pool's
-        record of the call."""
+        H4). ``token`` cancels it: queued or held, it never starts. ``binding``: the
+        call is of a session's shipped tools, for a worker of that binding (``bind``).
+        Returns the pool's record of the call."""
         encoded = execute if isinstance(execute, EncodedExecute) else EncodedExecute.of(execute)
         dispatch = self.dispatch
         offline = self.supervisor.offline_default and not network
+        kind: Kind = offline if binding is None else binding.kind(offline)
         call = Call(
             dispatch,
             encoded.call_id,
@@ -191,7 +196,7 @@ class WorkerPool:
             encoded.frame,
             encoded.context,
             limits,
-            offline=offline,
+            kind=kind,
             holdable=holdable,
             token=token,
             on_progress=on_progress,
@@ -201,6 +206,8 @@ class WorkerPool:
         )
         if not dispatch.open or dispatch.broken is not None:
             dispatch.end(call, failed(dispatch.broken or "the pool is not running"))
+        elif binding is not None and (binding.broken or binding.ended):
+            dispatch.end(call, failed(binding.broken or "its session's tools were unbound"))
         elif token.requested:
             dispatch.end(call, unstarted())
         else:
@@ -246,18 +253,52 @@ class WorkerPool:
             raise PoolError(outcome.cause or "the pool cannot run calls")
         return outcome
 
+    # -- a session's shipped tools (SPEC A5, A6) -------------------------------------------
+
+    def bind(self, session_id: str, payload: bytes) -> Binding:
+        """The pool's side of a session's shipped tools: ``payload`` (their pickle)
+        goes, unread, to the workers started for their calls, which load it once
+        confined and take no other session's call (their calls name the binding:
+        ``submit(binding=…)``)."""
+        binding = Binding(session_id, payload)
+        self.dispatch.bind([binding.kind(False), binding.kind(True)])
+        return binding
+
+    def bound_workers(self, binding: Binding) -> list[int]:
+        """The pids of the live workers of ``binding`` (``status``)."""
+        return [
+            w.pid
+            for w in self._workers.values()
+            if w.binding is binding and w.pid and w.state is not WorkerState.DEAD
+        ]
+
+    def unbind(self, binding: Binding) -> None:
+        """The session closed: its workers retire (once their calls are over), and a
+        call of its tools that still comes is refused."""
+        binding.ended = True
+        kinds: list[Kind] = list(binding.kinds.values())
+        self.dispatch.unbind(kinds, "its session's tools were unbound (the session closed)")
+        for worker in list(self._workers.values()):
+            if worker.binding is binding:
+                self.retire(worker, "its session closed")
+
     # -- what the supervisor tells, and the planner's decisions -------------------------
 
     def worker_ready(self, worker: Worker) -> None:
         self.dispatch.release(worker)
 
     def worker_start_failed(self, worker: Worker, why: str, failures: int) -> None:
-        self._perform(self.planner.start_failed(self._state(), worker.offline, failures, why))
+        binding, final = worker.binding, worker.load_failure is not None
+        if binding is not None and final:
+            # The payload does not load here; it will not load in the next worker.
+            why = binding.broken = f"the session's tools could not be loaded in a worker: {why}"
+        plan = self.planner.start_failed(self._state(), worker.kind, failures, why, final=final)
+        self._perform(plan)
 
     def worker_exited(self, worker: Worker, replace: bool) -> None:
         self.dispatch.worker_exited(worker)
         if replace:
-            plan = self.planner.replenish(self._state(), worker.offline)
+            plan = self.planner.replenish(self._state(), worker.kind)
             self._perform(plan, exited_at=time.monotonic())
 
     def worker_message(self, worker: Worker, message: Message) -> None:
@@ -278,15 +319,14 @@ class WorkerPool:
     def retire(self, worker: Worker, reason: str) -> None:
         self._perform(self.planner.retire(self._state(), worker.id, reason))
 
-    def grow(self, offline: bool) -> None:
-        self._perform(self.planner.grow(self._state(), offline))
+    def grow(self, kind: Kind) -> None:
+        self._perform(self.planner.grow(self._state(), kind))
 
     def _state(self) -> PoolState:
         """The snapshot the planner decides on."""
         return PoolState(
             tuple(w for w in self._workers.values() if w.state is not WorkerState.DEAD),
-            waiting_online=self.dispatch.waiting(False),
-            waiting_offline=self.dispatch.waiting(True),
+            queued=self.dispatch.waiting_kinds(),
             open=self.dispatch.open,
             zygote_up=self.supervisor.zygote_up,
         )
@@ -297,9 +337,9 @@ class WorkerPool:
         started: list[Worker] = []
         for action in actions:
             match action:
-                case StartWorker(offline=offline, replacement=replacement):
+                case StartWorker(kind=kind, replacement=replacement):
                     worker = self.supervisor.spawn(
-                        offline, replacement=replacement, exited_at=exited_at
+                        kind, replacement=replacement, exited_at=exited_at
                     )
                     started.append(worker)
                 case RetireWorker(worker_id=worker_id, reason=reason):
@@ -307,8 +347,8 @@ class WorkerPool:
                     log.debug("retiring %s: %s", worker_id, reason)
                     worker.state = WorkerState.RETIRING
                     self.dispatch.shut_down_when_free(worker)
-                case FailWaiters(reason=reason):
-                    self.dispatch.fail_queued(reason)
+                case FailWaiters(reason=reason, kind=kind):
+                    self.dispatch.fail_queued(reason, kind)
                 case ReplaceZygote(reason=reason, delay=delay):
                     log.warning("replacing the zygote in %.2f s: %s", delay, reason)
                     self.supervisor.replace_zygote(delay)
@@ -337,7 +377,7 @@ class WorkerPool:
         counts = self.supervisor.counts
         return PoolStatistics(
             workers=states,
-            queued=self.dispatch.waiting(False) + self.dispatch.waiting(True),
+            queued=sum(self.dispatch.waiting_kinds().values()),
             held=self.dispatch.held(),
             started=counts["started"],
             replaced=counts["replaced"],

@@ -18,12 +18,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import zmq
 
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerState
+from toolpool.pool.workers import Kind, PoolConfig, PoolError, Worker, WorkerState
 from toolpool.pool.zygote import Zygote, ZygoteError
 from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
@@ -212,9 +213,9 @@ class WorkerProcesses:
 
     # -- one worker ---------------------------------------------------------------------
 
-    def new_worker(self, worker_id: str, offline: bool) -> Worker:
+    def new_worker(self, worker_id: str, kind: Kind) -> Worker:
         """A worker's record; ``prepare`` makes its cgroup."""
-        return Worker(worker_id, offline, None, asyncio.get_running_loop().create_future())
+        return Worker.of_kind(worker_id, kind, asyncio.get_running_loop().create_future())
 
     async def prepare(self, worker: Worker) -> WorkerConfig:
         """Make the worker's cgroup, with the pool's limits, and the configuration it
@@ -238,6 +239,7 @@ class WorkerProcesses:
             cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
             offline=worker.offline,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
+            **_bound(worker),
         )
 
     def _make_cgroup(self, worker_id: str) -> tuple[WorkerCgroup, int]:
@@ -365,3 +367,12 @@ class WorkerProcesses:
         ancestors = {zygote} if zygote else set()
         marker = None if self.cgroups is None else f"/{self.cgroups.parent}/"
         return linux.lineage_includes(pid, ancestors, marker)
+
+
+def _bound(worker: Worker) -> dict[str, Any]:
+    """What a worker bound to a session's shipped tools starts with: the session it
+    serves alone, and the pickle it loads once confined (SPEC A6)."""
+    binding = worker.binding
+    if binding is None:
+        return {}
+    return {"session_tools": binding.payload, "bound_session": binding.session_id}

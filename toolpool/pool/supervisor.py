@@ -28,7 +28,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from toolpool.pool.processes import WorkerProcesses
-from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerExit, WorkerState
+from toolpool.pool.workers import Kind, PoolConfig, PoolError, Worker, WorkerExit, WorkerState
 from toolpool.pool.zygote import ZygoteError
 from toolpool.protocol import (
     PROTOCOL_VERSION,
@@ -149,11 +149,11 @@ class Supervisor:
     # -- what the pool asks ------------------------------------------------------------
 
     def spawn(
-        self, offline: bool, *, replacement: bool = False, exited_at: float | None = None
+        self, kind: Kind, *, replacement: bool = False, exited_at: float | None = None
     ) -> Worker:
-        """Start a worker; ``replacement``: in place of one that ended (at
+        """Start a worker of ``kind``; ``replacement``: in place of one that ended (at
         ``exited_at``, when known) or retired."""
-        worker = self.processes.new_worker(f"w{next(self._ids)}", offline)
+        worker = self.processes.new_worker(f"w{next(self._ids)}", kind)
         self.workers[worker.id] = worker
         self._lines[worker.id.encode()] = worker
         self._lines[(worker.id + CONTROL_SUFFIX).encode()] = worker
@@ -225,6 +225,12 @@ class Supervisor:
             self._start_failed(
                 worker, f"it speaks protocol {message.version}, not {PROTOCOL_VERSION}"
             )
+            return
+        if message.failure:  # its binding's tools did not load (SPEC A5)
+            if worker.load_failure is None and not worker.ready.done():
+                worker.load_failure = message.failure
+                self.processes.send(worker, Shutdown("its session's tools did not load"))
+                self._start_failed(worker, message.failure)
             return
         worker.lines_ready += 1
         if worker.lines_ready != 2:

@@ -1,5 +1,7 @@
 """The pool's records: its settings, a worker and its states, how a worker ended, a
-call on the pool and its states, how it ended, and what the pool reports about itself.
+call on the pool and its states, how it ended, what the pool reports about itself,
+and the kinds of worker a call may need (``Kind``: offline or not, and bound to a
+session's shipped tools or not: SPEC A5, A6).
 
 Data only: the decisions over these records are the planner's (``planner.py``), the
 processes and sockets are the pool's (``supervisor.py``, ``processes.py``).
@@ -77,6 +79,50 @@ class PoolConfig:
             raise ValueError("need worker_calls_per_frame >= 1")
 
 
+@dataclass(eq=False)
+class Binding:
+    """A session's shipped tools in the pool (SPEC A5, A6): ``payload`` is their
+    pickle, which only the workers started for this binding load — after their
+    confinement, in their own process; none of them takes another session's call,
+    and they retire when the binding ends (``WorkerPool.unbind``). ``broken``: why
+    the payload does not load (every later call of its tools ends with it)."""
+
+    session_id: str
+    payload: bytes
+    broken: str | None = None
+    ended: bool = False
+    kinds: dict[bool, BoundKind] = field(default_factory=dict)
+
+    def kind(self, offline: bool) -> BoundKind:
+        """The kind of worker a call of these tools needs (offline or not)."""
+        kind = self.kinds.get(offline)
+        if kind is None:
+            kind = self.kinds[offline] = BoundKind(self, offline)
+        return kind
+
+    def __repr__(self) -> str:
+        state = "ended" if self.ended else "broken" if self.broken else "live"
+        return f"<Binding of session {self.session_id}: {len(self.payload)} bytes, {state}>"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundKind:
+    """Workers of one binding, offline or not: they serve its calls alone."""
+
+    binding: Binding
+    offline: bool
+
+
+# The kind of worker a call needs, and a worker is: offline or not (the plain workers,
+# keyed by that flag alone) or bound to one session's shipped tools.
+Kind = bool | BoundKind
+
+
+def plain(kind: Kind) -> bool:
+    """The plain kind of the same network choice (``offline``)."""
+    return kind if isinstance(kind, bool) else kind.offline
+
+
 class WorkerState(StrEnum):
     STARTING = "starting"
     IDLE = "idle"
@@ -106,12 +152,14 @@ class WorkerExit:
 
 @dataclass(eq=False)
 class Worker:
-    """A worker process as the pool sees it. ``exit`` is set once it has ended."""
+    """A worker process as the pool sees it. ``exit`` is set once it has ended.
+    ``kind`` is what calls it takes: ``offline``, or the ``binding``'s kind."""
 
     id: str
     offline: bool
     cgroup: WorkerCgroup | None
     ready: asyncio.Future[None]
+    binding: Binding | None = None  # the session whose shipped tools it loads (A6)
     exit: WorkerExit | None = None
     pid: int = 0
     state: WorkerState = WorkerState.STARTING
@@ -128,6 +176,18 @@ class Worker:
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
+    load_failure: str | None = None  # why it could not load its binding's tools
+    kind: Kind = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kind = self.offline if self.binding is None else self.binding.kind(self.offline)
+
+    @classmethod
+    def of_kind(cls, worker_id: str, kind: Kind, ready: asyncio.Future[None]) -> Worker:
+        """A record of a worker of ``kind``, before its cgroup is made."""
+        if isinstance(kind, bool):
+            return cls(worker_id, kind, None, ready)
+        return cls(worker_id, kind.offline, None, ready, kind.binding)
 
 
 class OutcomeStatus(StrEnum):
@@ -214,8 +274,8 @@ class Call:
         "frame",
         "holdable",
         "host",
+        "kind",
         "limits",
-        "offline",
         "on_preview",
         "on_progress",
         "past_wall_time",
@@ -239,7 +299,7 @@ class Call:
         context: CallContext,
         limits: Limits,
         *,
-        offline: bool,
+        kind: Kind,
         holdable: bool,
         token: CancelToken,
         on_progress: Sink,
@@ -254,7 +314,7 @@ class Call:
         self.context = context
         self.limits = limits
         self.cgroup = (limits.memory_bytes, limits.processes)
-        self.offline = offline
+        self.kind = kind  # the worker it needs (offline or not; bound to its tools or not)
         self.holdable = holdable
         self.token = token
         self.on_progress = on_progress
