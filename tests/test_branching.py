@@ -347,7 +347,7 @@ def test_B3_a_session_with_shipped_tools_is_not_forked(client: Client, workspace
 
     with client.session(workspace, workspace_mode="overlay", tools=[twice]) as parent:
         # When it is forked, Then the fork is refused, saying why, and nothing is opened
-        with pytest.raises(RequestFailed, match="shipped tools .* cannot be forked"):
+        with pytest.raises(RequestFailed, match=r"shipped tools .* cannot be forked"):
             parent.fork(1)
         assert len(client.status()["sessions"]) == 1
         (result,) = parent.submit([ToolCall("t", "twice", {"n": 21})]).results()
