@@ -118,6 +118,24 @@ def _write_oci(where: Path, layer: bytes) -> None:
     (where / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
 
 
+def _argv0(process: psutil.Process) -> str | None:
+    """Its program, or None when it ended since it was listed (another session's
+    short-lived helper, a pasta starting up)."""
+    try:
+        argv = process.cmdline()
+    except psutil.Error:
+        return None
+    return argv[0] if argv else None
+
+
+def _rss(process: psutil.Process) -> int:
+    """Its resident bytes; 0 when it ended since it was listed."""
+    try:
+        return int(process.memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
 def _one(
     client: Any, daemon_pid: int, workspace: Path, options: dict[str, Any]
 ) -> dict[str, float]:
@@ -134,9 +152,9 @@ def _one(
         holder = psutil.Process(int(box["pid"]))
         processes = [holder, holder.parent(), *holder.children(recursive=True)]  # + bwrap
         processes += [  # pasta (a child of the daemon, as "passt.avx2" or "pasta")
-            p for p in psutil.Process(daemon_pid).children() if p.cmdline()[:1] == [PASTA]
+            p for p in psutil.Process(daemon_pid).children() if _argv0(p) == PASTA
         ]
-        rss = sum(p.memory_info().rss for p in processes if p is not None)
+        rss = sum(_rss(p) for p in processes if p is not None)
         df = ToolCall("d", "bash", {"command": "df -B1 --output=used /tmp | tail -1"})
         (used,) = session.submit([df]).results()
         tmp_bytes = float(used.text.split()[0])
