@@ -14,7 +14,7 @@ command that times out ends the call: the ones after it do not run, and the answ
 lists the commands that ran. A command's exit code is not the call's failure: the
 outcome says it. toolpool bounds what it keeps of each stream as ``bash`` does
 (head and tail, the whole in a spill file), and the answer to ``max_output_length``
-or, without one, to ``bash``'s 30,000 characters.
+characters, at most ``bash``'s 30,000 (its bound without one).
 
 ``local_shell``: an ``action`` of ``type: "exec"``, ``command`` (an argv),
 ``env``, ``working_directory`` and ``timeout_ms``, run as Codex's ``shell`` runs
@@ -143,7 +143,7 @@ class OpenAIShell:
                 notes.append(f"Timed out after {timeout:g} s: the command was stopped.")
                 break
         limit = action.get("max_output_length")
-        _cut(entries, MAX_OUTPUT_CHARS if limit is None else limit)
+        _cut(entries, MAX_OUTPUT_CHARS if limit is None else min(limit, MAX_OUTPUT_CHARS))
         details: dict[str, Any] = {"shell_output": entries}
         if limit is not None:
             details["max_output_length"] = limit
