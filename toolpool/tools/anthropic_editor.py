@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import stat
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,46 +38,35 @@ from toolpool.errors import ToolError
 from toolpool.models import TextBlock
 from toolpool.profiles.declared import ANTHROPIC_TEXT_EDITOR
 from toolpool.tool import Arguments, ToolContext, ToolOutput, ValidationResult
-from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import unified_diff
-from toolpool.tools.edit import (
-    EditPlan,
-    Planned,
-    max_file_bytes,
-    plan_edit,
-    planned,
-    write_planned,
-)
+from toolpool.tools.edit import max_file_bytes, planned
 from toolpool.tools.edit import validate_target as validate_existing
 from toolpool.tools.edit_history import EditHistory
-from toolpool.tools.near_miss import not_found_message
+from toolpool.tools.editor_changes import (
+    EDITOR,
+    EXISTS,
+    NO_HISTORY,
+    change,
+    create,
+    insertion,
+    replacement,
+    restoration,
+    scratch,
+)
 from toolpool.tools.paths import Access, display, open_path, resolve
 from toolpool.tools.read import ReadTool
-from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.suggest import missing_file_message
-from toolpool.tools.text import TextDocument, line_of, split_lines
 from toolpool.tools.tree import list_tree
 
-EDITOR = "str_replace_based_edit_tool"  # the name its model calls it by
 MAX_DIRECTORY_ENTRIES = 1000
 
 # The documentation's words (docs.anthropic.com, "Text editor tool").
 FILE_NOT_FOUND = "Error: File not found"
-MATCHES = (
-    "Error: Found {count} matches for replacement text. Please provide more context to "
-    "make a unique match."
-)
-NO_MATCH = "Error: No match found for replacement. Please check your text and try again."
 PERMISSION_DENIED = "Error: Permission denied. Cannot write to file."
-REPLACED = "Successfully replaced text at exactly one location."
 # Anthropic's reference implementation's words, where the documentation gives none.
-CREATED = "File created successfully at: {path}"
-EXISTS = "Error: File already exists at: {path}. Cannot overwrite files using command `create`."
 DIRECTORY = (
     "Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:"
 )
-UNDONE = "Last edit to {path} undone successfully."
-NO_HISTORY = "Error: No edit history found for {path}."
 RANGE_ON_DIRECTORY = (
     "Error: The `view_range` parameter is not allowed when `path` points to a directory."
 )
@@ -146,15 +134,6 @@ def _verdict(verdict: ValidationResult) -> ValidationResult:
     return ValidationResult.failed(_worded(verdict.message), verdict.code, verdict.details)
 
 
-@dataclass(frozen=True, slots=True)
-class _Insertion:
-    """An insert worked out against a file's content, not yet written."""
-
-    old_text: str
-    new_text: str
-    data: bytes
-
-
 class AnthropicTextEditor:
     """Its ``view`` is read-only and may run beside other reads (S1); its other
     commands write the one file ``path`` names (F3 applies)."""
@@ -210,7 +189,7 @@ class AnthropicTextEditor:
             verdict = _verdict(validate_existing(raw, ctx, None, EDITOR))
             if verdict.ok and command == "undo_edit":
                 path = resolve(raw, ctx, Access.WRITE)
-                if EditHistory(_scratch(ctx), path).last() is None:
+                if EditHistory(scratch(ctx), path).last() is None:
                     return ValidationResult.failed(NO_HISTORY.format(path=display(path, ctx)))
             return verdict
         try:
@@ -245,13 +224,13 @@ class AnthropicTextEditor:
                     shown = display(target.path, ctx)
                 return unified_diff("", args["file_text"], shown, created=True)
             if command == "str_replace":
-                plan, shown = planned(raw, ctx, _replacement(args, max_file_bytes(ctx)), EDITOR)
+                plan, shown = planned(raw, ctx, replacement(args, max_file_bytes(ctx)), EDITOR)
                 return plan.diff(shown)
             if command == "insert":
-                change, shown = planned(raw, ctx, _insertion(args, max_file_bytes(ctx)), EDITOR)
-                return unified_diff(change.old_text, change.new_text, shown)
-            history = EditHistory(_scratch(ctx), resolve(raw, ctx, Access.WRITE))
-            undo, shown = planned(raw, ctx, _restoration(history), EDITOR)
+                insert, shown = planned(raw, ctx, insertion(args, max_file_bytes(ctx)), EDITOR)
+                return unified_diff(insert.old_text, insert.new_text, shown)
+            history = EditHistory(scratch(ctx), resolve(raw, ctx, Access.WRITE))
+            undo, shown = planned(raw, ctx, restoration(history), EDITOR)
             return unified_diff(undo.old_text, undo.new_text, shown)
 
     # -- P10 ---------------------------------------------------------------------------
@@ -265,8 +244,8 @@ class AnthropicTextEditor:
             if command == "view":
                 return self._view(args, ctx)
             if command == "create":
-                return _create(args, ctx)
-            return _change(command, args, ctx)
+                return create(args, ctx)
+            return change(command, args, ctx)
 
     def _view(self, args: Arguments, ctx: ToolContext) -> Any:
         raw = args["path"]
@@ -317,158 +296,3 @@ def _in_view_words(output: Any) -> Any:
 
 
 _READ = ReadTool()
-
-
-def _scratch(ctx: ToolContext) -> Path:
-    if ctx.scratch_dir is None:
-        raise ToolError("This session has no scratch directory for the editor's history.")
-    return ctx.scratch_dir
-
-
-def _create(args: Arguments, ctx: ToolContext) -> str:
-    with open_path(args["path"], ctx, Access.WRITE) as target:
-        path = target.path
-        shown = display(path, ctx)
-        try:
-            data = args["file_text"].encode("utf-8")
-        except UnicodeEncodeError:
-            raise ToolError("file_text is not valid Unicode (it holds a lone surrogate).") from None
-        try:
-            target.make_parents()
-            written = write_atomic_at(target.dir_fd, target.name, data, replace=False)
-        except FileExistsError:
-            raise ToolError(EXISTS.format(path=shown)) from None
-        except OSError as exc:
-            if isinstance(exc, PermissionError):
-                raise
-            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
-    record(ctx, path, Snapshot.written(data, written), partial=False)  # F5: it is known whole
-    return CREATED.format(path=shown)
-
-
-def _change(command: str, args: Arguments, ctx: ToolContext) -> str:
-    """str_replace, insert or undo_edit: planned against the file as it is, written
-    after F3 holds once more (``edit.write_planned``), the version before kept for
-    undo (but by undo itself)."""
-    raw = args["path"]
-    path = resolve(raw, ctx, Access.WRITE)
-    history = EditHistory(_scratch(ctx), path)
-    limit = max_file_bytes(ctx)
-    if command == "undo_edit":
-        _, shown = write_planned(raw, ctx, _restoration(history), EDITOR)
-        history.drop_last()
-        return UNDONE.format(path=shown)
-    planner: Callable[[bytes, str], Planned] = (
-        _replacement(args, limit) if command == "str_replace" else _insertion(args, limit)
-    )
-    before: list[bytes] = []
-
-    def kept(data: bytes, shown: str) -> Planned:
-        before.append(data)
-        return planner(data, shown)
-
-    _, shown = write_planned(raw, ctx, kept, EDITOR)
-    with contextlib.suppress(OSError):  # the change is made: without its copy, no undo
-        history.push(before[0])
-    if command == "str_replace":
-        return REPLACED
-    line = args["insert_line"]
-    where = "at the top of the file" if line == 0 else f"after line {line}"
-    return f"Successfully inserted text {where} in {shown}."
-
-
-def _replacement(args: Arguments, limit: int) -> Callable[[bytes, str], EditPlan]:
-    """str_replace's planner: ``old_str`` must occur exactly once."""
-
-    def plan(data: bytes, shown: str) -> EditPlan:
-        old, new = args["old_str"], args.get("new_str", "")
-        doc = _decoded(data, shown, "str_replace")
-        needle = doc.normalise(old)
-        count = doc.text.count(needle)
-        if count == 0:
-            detail = not_found_message(doc.text, needle, shown).replace("old_string", "old_str")
-            raise ToolError(f"{NO_MATCH}\n\n{detail.replace('read shows', 'view shows')}")
-        if count > 1:
-            lines = _lines_of(doc.text, needle)
-            raise ToolError(
-                f"{MATCHES.format(count=count)}\n\nold_str occurs {count} times in {shown} "
-                f"(lines {lines})."
-            )
-        return plan_edit(data, {"old_string": old, "new_string": new}, shown, limit)
-
-    return plan
-
-
-def _lines_of(text: str, needle: str, most: int = 10) -> str:
-    found: list[str] = []
-    at = text.find(needle)
-    while at != -1 and len(found) < most:
-        found.append(str(line_of(text, at)))
-        at = text.find(needle, at + len(needle))
-    return ", ".join(found)
-
-
-def _insertion(args: Arguments, limit: int) -> Callable[[bytes, str], _Insertion]:
-    """insert's planner: the text as whole new lines after line ``insert_line``."""
-
-    def plan(data: bytes, shown: str) -> _Insertion:
-        doc = _decoded(data, shown, "insert")
-        text = doc.text
-        line = args["insert_line"]
-        count = len(split_lines(text))
-        if line > count:
-            raise ToolError(
-                f"Error: Invalid `insert_line` parameter: {line}. It should be within the "
-                f"range of lines of the file: [0, {count}]"
-            )
-        inserted = doc.normalise(str(args.get("insert_text", args.get("new_str", ""))))
-        if not inserted.endswith("\n"):
-            inserted += "\n"
-        at = _line_end(text, line)
-        if at == len(text) and text and not text.endswith("\n"):
-            inserted = "\n" + inserted[:-1]  # after a last line without its newline
-        new_text = text[:at] + inserted + text[at:]
-        try:
-            new_data = doc.encode(new_text)
-        except UnicodeEncodeError:
-            raise ToolError("The text is not valid Unicode (it holds a lone surrogate).") from None
-        if len(new_data) > limit:
-            raise ToolError(
-                f"The insert would make {shown} {len(new_data):,} bytes, more than the file "
-                f"size limit of {limit:,} bytes (file_size_bytes); nothing was changed.",
-                code="limit_exceeded",
-            )
-        return _Insertion(text, new_text, new_data)
-
-    return plan
-
-
-def _line_end(text: str, line: int) -> int:
-    """Where line ``line`` (1-based) of ``text`` ends, its newline included; 0 for 0."""
-    at = 0
-    for _ in range(line):
-        newline = text.find("\n", at)
-        if newline == -1:
-            return len(text)
-        at = newline + 1
-    return at
-
-
-def _restoration(history: EditHistory) -> Callable[[bytes, str], _Insertion]:
-    """undo_edit's planner: the newest version kept (``edit_history.py``)."""
-
-    def plan(data: bytes, shown: str) -> _Insertion:
-        previous = history.last()
-        if previous is None:
-            raise ToolError(NO_HISTORY.format(path=shown))
-        old = data.decode("utf-8", errors="replace")
-        return _Insertion(old, previous.decode("utf-8", errors="replace"), previous)
-
-    return plan
-
-
-def _decoded(data: bytes, shown: str, command: str) -> TextDocument:
-    try:
-        return TextDocument.decode(data)
-    except UnicodeDecodeError:
-        raise ToolError(f"{shown} is not UTF-8 text; {command} changes UTF-8 files.") from None
