@@ -22,6 +22,7 @@ import openai.types.responses as responses_types
 import pytest
 
 from toolpool import Client, ToolResult
+from toolpool.client import ApprovalRequested
 from toolpool.models import ErrorCode
 from toolpool.profiles import definition_name, owners
 
@@ -388,3 +389,39 @@ def test_E8_toolpool_tools_prints_them_without_a_daemon(
     assert main(["tools", "--profile", "openai", "--format", "openai-responses",
                  "--runtime-dir", none]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out) == [{"type": "apply_patch"}, {"type": "shell"}]
+
+
+# --- the pipeline around them: previews, the gate, limits ------------------------------------
+
+
+@spec("F18", "P7", "P8")
+def test_F18_the_gate_is_asked_with_the_diff_and_a_view_is_not_asked(
+    client: Client, arena: tuple[Path, Path]
+) -> None:
+    workspace, _ = arena
+    asked: list[ApprovalRequested] = []
+
+    def approve(request: ApprovalRequested) -> bool:
+        asked.append(request)
+        return True
+
+    policy = [{"read_only": True, "action": "allow"}, {"permission": "write", "action": "ask"}]
+    with Claude(client, workspace, gate="policy", policy=policy, on_approval=approve) as claude:
+        claude.turn(editor("view", "a.py"))
+        assert asked == []  # a view only reads
+        claude.turn(editor("str_replace", "a.py", old_str="two", new_str="2"))
+    (request,) = asked
+    assert (request.call.name, request.label) == ("anthropic_text_editor", "TextEditor")
+    assert "-two\n+2" in request.preview
+
+
+@spec("F18", "L1")
+def test_F18_a_file_over_the_calls_size_limit_is_not_left_behind(
+    client: Client, arena: tuple[Path, Path]
+) -> None:
+    workspace, _ = arena
+    with Claude(client, workspace, limits={"file_size_bytes": 1000}) as claude:
+        out, error = claude.one(editor("create", "big.txt", file_text="x" * 5000))
+    assert error and "file size limit" in out
+    assert not (workspace / "big.txt").exists()
+    assert [p.name for p in workspace.iterdir() if p.name.endswith(".tmp")] == []

@@ -377,6 +377,17 @@ def test_F16_a_shell_call_openai_runs_in_its_container_is_not_run_here() -> None
     assert [c.name for c in parse_tool_calls(response(shell("l", "true")))] == ["openai_shell"]
 
 
+@spec("F16", "L1")
+def test_F16_commands_run_under_the_calls_limits(client: Client, arena: tuple[Path, Path]) -> None:
+    workspace, _ = arena
+    reply = response(shell("s", "head -c 5000 /dev/zero > big.bin", "echo still here"))
+    _, items = run(client, workspace, reply, limits={"file_size_bytes": 1000})
+    first, second = shell_outputs(items)["s"]["output"]
+    assert first["outcome"]["type"] == "exit" and first["outcome"]["exit_code"] != 0
+    assert (workspace / "big.bin").stat().st_size <= 1000
+    assert second == {"stdout": "still here\n", "stderr": "", "outcome": exited(0)}
+
+
 # --- F16: local_shell_call ------------------------------------------------------------------
 
 

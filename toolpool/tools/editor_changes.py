@@ -9,6 +9,7 @@ is the tool; its refusals are worded there.
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,12 +57,15 @@ class Change:
 
 
 def scratch(ctx: ToolContext) -> Path:
+    """The session's scratch directory, where the editor keeps its history."""
     if ctx.scratch_dir is None:
         raise ToolError("This session has no scratch directory for the editor's history.")
     return ctx.scratch_dir
 
 
 def create(args: Arguments, ctx: ToolContext) -> str:
+    """``create``: a new file holding ``file_text`` (its parents made), linked in so
+    that it never replaces one (a file that appeared since validate is refused)."""
     with open_path(args["path"], ctx, Access.WRITE) as target:
         path = target.path
         shown = display(path, ctx)
@@ -75,8 +79,8 @@ def create(args: Arguments, ctx: ToolContext) -> str:
         except FileExistsError:
             raise ToolError(EXISTS.format(path=shown)) from None
         except OSError as exc:
-            if isinstance(exc, PermissionError):
-                raise
+            if isinstance(exc, PermissionError) or exc.errno == errno.EFBIG:
+                raise  # in the editor's words; past the call's file size limit: the limit's
             raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
     record(ctx, path, Snapshot.written(data, written), partial=False)  # F5: it is known whole
     return CREATED.format(path=shown)
