@@ -28,6 +28,7 @@ from toolpool.providers import (
 from toolpool.registry import ToolRegistry
 from toolpool.session_options import SessionOptions
 from toolpool.tools import PROVIDER_TOOLS, TOOLS, apply_patch_tool
+from toolpool.tools.edit_history import MAX_VERSION_BYTES, MAX_VERSIONS, EditHistory
 from toolpool.tools.openai_patch import OpenAIApplyPatch, operation_problem, patch_of
 
 from .tool_support import tool_context
@@ -260,3 +261,31 @@ def test_F15_the_call_and_the_codex_patch_it_is_leave_the_same_bytes(tmp_path: P
     )
     # Then the files are byte for byte the same
     assert (first / "f.py").read_bytes() == (second / "f.py").read_bytes()
+
+
+# --- F18: what undo_edit keeps ------------------------------------------------------------
+
+
+@spec("F18", "X8")
+def test_F18_the_undo_history_is_private_bounded_and_never_skips_a_change(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    history = EditHistory(scratch, tmp_path / "ws" / "a.py")
+    # Given more versions than it keeps
+    for n in range(MAX_VERSIONS + 3):
+        history.push(f"version {n}".encode())
+    # Then the newest ten are kept, in private files
+    kept = [p for p in (scratch / "editor").rglob("*") if p.is_file()]
+    assert len(kept) == MAX_VERSIONS
+    assert {p.stat().st_mode & 0o777 for p in kept} == {0o600}
+    assert (scratch / "editor").stat().st_mode & 0o777 == 0o700
+    assert history.last() == f"version {MAX_VERSIONS + 2}".encode()
+    history.drop_last()
+    assert history.last() == f"version {MAX_VERSIONS + 1}".encode()
+    # And a version too big to keep drops the history: an undo cannot skip back past it
+    history.push(b"x" * (MAX_VERSION_BYTES + 1))
+    assert history.last() is None
+    # Another file's history is its own
+    other = EditHistory(scratch, tmp_path / "ws" / "b.py")
+    other.push(b"b")
+    assert other.last() == b"b" and history.last() is None

@@ -115,8 +115,8 @@ needed for Update File. A hunk that does not match is refused, naming the hunk, 
 with the nearest place the file has.
 - Add File over an existing file, Move to an existing file and Delete File replace \
 or remove what the patch does not show: where the session has a read tool (every \
-tool set but Codex's), they are refused unless the file was read whole with it and \
-is unchanged since.
+tool set but Codex's and OpenAI's), they are refused unless the file was read whole \
+with it and is unchanged since.
 - All or none: when any file fails, no file is changed."""
 
 # Typographic characters Codex's matching treats as their ASCII forms (its last pass).

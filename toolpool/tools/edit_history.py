@@ -3,7 +3,9 @@ file had before each change the editor made to it in this session, newest last.
 
 Kept in the session's scratch directory (``editor/``, mode 0700, files 0600: no other
 user and no other session reads them, X8), one directory per file (named by a hash
-of its path), the last ``MAX_VERSIONS`` versions of each; gone with the session.
+of its path), the last ``MAX_VERSIONS`` versions of each, each at most
+``MAX_VERSION_BYTES`` (a change of a bigger file cannot be undone: the file's history
+is dropped, so that an undo never skips back past it); gone with the session.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from toolpool.runtime import private_dir
 
 MAX_VERSIONS = 10
+MAX_VERSION_BYTES = 8 * 1024 * 1024
 _DIGITS = 8
 
 
@@ -34,7 +37,13 @@ class EditHistory:
         return sorted(name for name in names if name.isdigit() and len(name) == _DIGITS)
 
     def push(self, data: bytes) -> None:
-        """Keep ``data`` as the newest version (the oldest beyond MAX_VERSIONS go)."""
+        """Keep ``data`` as the newest version (the oldest beyond MAX_VERSIONS go); a
+        version over MAX_VERSION_BYTES drops the file's history instead."""
+        if len(data) > MAX_VERSION_BYTES:
+            for old in self._versions():
+                with contextlib.suppress(FileNotFoundError):
+                    (self._directory / old).unlink()
+            return
         private_dir(self._root)
         private_dir(self._directory)
         versions = self._versions()
