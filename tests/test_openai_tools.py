@@ -230,6 +230,8 @@ def test_F15_where_the_session_has_a_read_tool_what_a_diff_does_not_show_needs_a
         (("update_file", "a.py", "@@ def f():\n-    return 1\n+    return 3\n"
                                  "*** Delete File: a.py"), "keeps for its own markers"),
         (("create_file", "b.py\n*** Delete File: a.py", "+x\n"), "line break"),
+        (("update_file", "a.py", "*** Move to: moved.py\n@@ def f():\n-    return 1\n"
+                                 "+    return 3\n"), "keeps for its own markers"),
     ],
 )  # fmt: skip
 def test_F15_the_documented_errors_are_failed_outputs_and_change_nothing(

@@ -97,11 +97,13 @@ def operation_problem(operation: Mapping[str, Any]) -> str | None:
         ops = parse_patch(patch_of(operation))
     except PatchSyntaxError:
         return None  # the built-in's refusal, which names the line, says it
-    if len(ops) != 1 or not isinstance(ops[0], _KINDS[kind]) or ops[0].path != path.strip():
+    op = ops[0]
+    moved = isinstance(op, UpdateFile) and op.move_to is not None
+    if len(ops) != 1 or not isinstance(op, _KINDS[kind]) or op.path != path.strip() or moved:
         return (
             f"{kind} {path}: the diff holds a line the patch format keeps for its own "
-            f"markers ('*** Add File:', '*** Delete File:', '*** End Patch'…), which "
-            "would make it more than this one operation."
+            f"markers ('*** Add File:', '*** Move to:', '*** Delete File:', '*** End "
+            "Patch'…), which would make it more than this one operation."
         )
     return None
 
