@@ -189,7 +189,7 @@ class AnthropicTextEditor:
             verdict = _verdict(validate_existing(raw, ctx, None, EDITOR))
             if verdict.ok and command == "undo_edit":
                 path = resolve(raw, ctx, Access.WRITE)
-                if EditHistory(scratch(ctx), path).last() is None:
+                if EditHistory(scratch(ctx), path).empty():
                     return ValidationResult.failed(NO_HISTORY.format(path=display(path, ctx)))
             return verdict
         try:

@@ -56,6 +56,10 @@ class EditHistory:
             with contextlib.suppress(FileNotFoundError):
                 (self._directory / old).unlink()
 
+    def empty(self) -> bool:
+        """Whether no version is kept (a look at names only)."""
+        return not self._versions()
+
     def last(self) -> bytes | None:
         """The newest version; None when there is none."""
         versions = self._versions()
