@@ -3,7 +3,7 @@
 toolpool daemon [run|start|stop|status] [flags]   the daemon (foreground by default)
 toolpool demo [--in-process]                      one realistic turn, events live
 toolpool call NAME JSON [NAME JSON …]            calls, one turn each, in one session
-toolpool tools [--format openai|anthropic|…] [--profile claude-code|codex]
+toolpool tools [--format openai|anthropic|…] [--profile claude-code|codex|openai|…]
                                                   the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
@@ -31,7 +31,7 @@ from toolpool.client.control import ExitCode
 from toolpool.errors import ToolpoolError
 
 FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "langchain", "mcp")
-PROFILES = ("toolpool", "claude-code", "codex")  # toolpool.profiles.PROFILES (a test checks)
+PROFILES = ("toolpool", "claude-code", "codex", "openai", "anthropic")  # profiles.PROFILES
 
 
 def _console() -> Console:
@@ -249,9 +249,9 @@ def _configured_tools(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.tool_modules:
         flags["tool_modules"] = ",".join(args.tool_modules)
     config = load_config(flags)
-    from toolpool.profiles import offers
+    from toolpool.profiles import lists
 
-    specs = [t for t in tool_registry(config.tool_modules) if offers(args.profile, t.name)]
+    specs = [t for t in tool_registry(config.tool_modules) if lists(args.profile, t.name)]
     if config.mcp_servers is not None:
         _note(f"no daemon runs: the tools of the MCP servers of {config.mcp_servers} are not here")
     if args.format == "toolpool":
@@ -450,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile",
         choices=PROFILES,
         default="toolpool",
-        help="the tools of this tool profile (claude-code: Claude Code's, codex: Codex CLI's)",
+        help="the tools of this tool profile (claude-code: Claude Code's, codex: Codex CLI's, "
+        "openai and anthropic: the tools those providers' APIs define)",
     )
     tools.add_argument("--config", help="TOML configuration file (when no daemon runs)")
     tools.add_argument("--tool-modules", action="append", metavar="A,B", help="when no daemon runs")
