@@ -1,115 +1,17 @@
-"""SPEC L9 without a daemon: a background shell's output file (bytes, whole UTF-8 at
-every offset it offers, cut at the cap before a character it would split, drained
-and dropped past it without killing the writer), the caps on how many shells run,
-and which limit ended a shell, as the supervisor decides them."""
+"""SPEC L9 without a daemon: the caps on how many shells run, and which limit ended a
+shell, as the supervisor decides them (a shell's output file: ``test_spill.py``)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
-from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from toolpool.pool.shell_bounds import ShellCaps, at_exit, reached
-from toolpool.pool.shell_output import OutputFile, pump, utf8_boundary
 from toolpool.sandbox import confine_exec
 from toolpool.sandbox.limits import Limits
-
-NOTE = "\n[output truncated at {} bytes: spill_bytes]\n"
-
-# Text rich in characters of every UTF-8 length (1 to 4 bytes).
-_TEXT = st.text(st.sampled_from("ae\n€é😀中ß\u0800\U0010fffd"), max_size=200)
-
-
-def _offered(data: bytes, cuts: list[int], limit: int) -> tuple[bytes, list[int], OutputFile]:
-    """``data`` given to an OutputFile of ``limit`` in pieces cut at ``cuts``: the file's
-    bytes, the ``written`` offsets it offered after each piece, the file."""
-    with tempfile.TemporaryDirectory() as directory:
-        output = OutputFile(Path(directory) / "out.log", limit)
-        offered = []
-        at = 0
-        for cut in [*sorted(set(cuts)), len(data)]:
-            output.add(data[at:cut])
-            at = max(at, cut)
-            offered.append(output.written)
-        output.end()
-        offered.append(output.written)
-        output.close()
-        return (Path(directory) / "out.log").read_bytes(), offered, output
-
-
-@pytest.mark.spec("L9")
-@settings(max_examples=300, deadline=None)
-@given(text=_TEXT, cuts=st.lists(st.integers(0, 800), max_size=8), limit=st.integers(1, 900))
-def test_L9_every_offset_offered_ends_a_whole_character_and_the_cap_splits_none(
-    text: str, cuts: list[int], limit: int
-) -> None:
-    # Given text whose pieces arrive cut anywhere, mid-character included.
-    data = text.encode()
-    file, offered, output = _offered(data, cuts, limit)
-    # Then every offset a reader was offered ends a whole character of the file.
-    for end in offered:
-        file[:end].decode("utf-8")  # strict: raises on a split character
-    if len(data) <= limit:
-        assert file == data and not output.truncated
-        return
-    # Past the cap: the longest prefix of whole characters that fits, then the note.
-    kept = file[: len(file) - len(NOTE.format(limit).encode())]
-    assert output.truncated and file == kept + NOTE.format(limit).encode()
-    assert data.startswith(kept) and limit - 4 < len(kept) <= limit
-    following = data[len(kept) :].decode()[0].encode()  # the character the cut left out
-    assert len(kept) + len(following) > limit
-
-
-@pytest.mark.spec("L9")
-@pytest.mark.parametrize(
-    ("data", "boundary"),
-    [
-        (b"", 0),
-        (b"abc", 3),
-        ("é".encode()[:1], 0),  # a lead byte alone: wait for its rest
-        ("a€".encode()[:3], 1),  # two of €'s three bytes
-        ("a😀".encode()[:4], 1),
-        ("a😀".encode(), 5),
-        (b"\xff\xfe", 2),  # not UTF-8: nothing to wait for, the reader replaces it
-        (b"\x80\x80\x80\x80\x80", 5),
-    ],
-)
-def test_L9_utf8_boundary_waits_only_for_an_incomplete_last_character(
-    data: bytes, boundary: int
-) -> None:
-    assert utf8_boundary(data) == boundary
-
-
-@pytest.mark.spec("L9")
-def test_L9_past_the_cap_the_pipe_is_drained_and_dropped_and_the_writer_lives(
-    tmp_path: Path,
-) -> None:
-    # Given a shell's pipe with its reader, and a cap of 1,000 bytes.
-    read_fd, write_fd = os.pipe()
-    output = OutputFile(tmp_path / "out.log", 1000)
-    stop = threading.Event()
-    reader = threading.Thread(target=pump, args=(read_fd, output, stop))
-    reader.start()
-    # When a writer writes 1 MiB past the cap, sixteen times what a pipe holds.
-    total = 0
-    with os.fdopen(write_fd, "wb", buffering=0) as writer:
-        for _ in range(16):
-            total += writer.write(b"y\n" * 32768)  # blocks while the pipe is full
-    reader.join()
-    # Then every write went through (no EPIPE, no SIGPIPE: the pipe stayed open),
-    # and the file holds the cap and the note, nothing read after it.
-    assert total == 16 * 65536
-    assert output.truncated
-    assert (tmp_path / "out.log").read_bytes() == b"y\n" * 500 + NOTE.format(1000).encode()
-    output.close()
 
 
 @pytest.mark.spec("L9")

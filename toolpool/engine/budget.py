@@ -36,6 +36,7 @@ from typing import Any
 from toolpool.models import ContentBlock, TextBlock, ToolResult
 from toolpool.runtime import private_dir, spill_name
 from toolpool.sandbox.limits import Limits
+from toolpool.spill import spill_text
 
 DEFAULT_TURN_OUTPUT_CHARS = 400_000
 # An open turn cannot divide a total it does not know: each of its calls gets a share
@@ -89,23 +90,16 @@ class Spill:
 
 
 def write_spill(scratch_dir: Path, call_id: str, text: str, limit_bytes: int) -> Spill:
-    """Write ``text`` to a new file (0600) in ``scratch_dir/output`` (0700), at most
-    ``limit_bytes`` of it (then a truncation note, as bash's spill files); never
-    raises."""
+    """Write ``text`` to a new spill file (0600) in ``scratch_dir/output`` (0700), cut at
+    ``limit_bytes`` as every spill file is (``toolpool.spill``); never raises."""
     name = spill_name(call_id, ".txt")
     try:
         directory = private_dir(scratch_dir / SPILL_DIR)
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            spill_text(directory / name, text, limit_bytes, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
-        with os.fdopen(fd, "wb") as f:
-            data = text.encode("utf-8", errors="replace")
-            f.write(data[:limit_bytes])
-            if len(data) > limit_bytes:
-                f.write(f"\n[output truncated at {limit_bytes} bytes: spill_bytes]\n".encode())
     except Exception as exc:  # a full disk, a closed session: the cut goes on
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return Spill(None, reason or type(exc).__name__)

@@ -31,7 +31,6 @@ from typing import Protocol
 from toolpool.background import ShellInfo, ShellState
 from toolpool.pool import shell_bounds
 from toolpool.pool.shell_bounds import LimitEnd
-from toolpool.pool.shell_output import OutputFile, pump
 from toolpool.protocol import CallContext
 from toolpool.sandbox import confine_exec
 from toolpool.sandbox.cgroups import CallAccounting, CgroupTree, WorkerCgroup
@@ -50,6 +49,7 @@ from toolpool.sandbox.terminate import (
     environment_marks,
     terminate,
 )
+from toolpool.spill import SpillFile, pump
 from toolpool.tools.shell_state import SavedShell
 
 LEFTOVER_GRACE = 0.5  # for what a shell that exited left running
@@ -173,7 +173,7 @@ class Shell:
     session_id: str
     command: str
     process: ShellProcess
-    output: OutputFile
+    output: SpillFile
     cgroup: WorkerCgroup | None
     limits: Limits
     client: Hashable | None  # whose session it is, as the daemon said (caps per client)
@@ -231,7 +231,7 @@ class Shell:
         command: str,
         client: Hashable | None,
         started: tuple[ShellProcess, int],
-        output: OutputFile,
+        output: SpillFile,
         cgroup: WorkerCgroup | None,
         limits: Limits,
         deadline: float,
@@ -241,7 +241,7 @@ class Shell:
         process, read_fd = started
         stop = threading.Event()
         reader = threading.Thread(
-            target=pump, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
+            target=_read, args=(read_fd, output, stop), name=f"toolpool-shell-{shell_id}"
         )
         shell = cls(
             id=shell_id,
@@ -267,6 +267,15 @@ class Shell:
         return self.process.members(with_root=with_root)
 
 
+def _read(fd: int, output: SpillFile, stop: threading.Event) -> None:
+    """(The shell's reader thread.) Its pipe into its output file, drained and
+    dropped past the cap (``toolpool.spill``); closes ``fd``."""
+    try:
+        pump(fd, output, stop)
+    finally:
+        os.close(fd)
+
+
 def shell_cgroup(
     tree: CgroupTree | None, shell_id: str, limits: Limits, cpus: float
 ) -> WorkerCgroup | None:
@@ -285,7 +294,7 @@ def shell_cgroup(
     return cgroup
 
 
-def discard(output: OutputFile, cgroup: WorkerCgroup | None) -> None:
+def discard(output: SpillFile, cgroup: WorkerCgroup | None) -> None:
     """What was made for a shell whose command did not start: its output file and
     its cgroup go."""
     output.close()

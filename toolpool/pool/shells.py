@@ -11,7 +11,7 @@ rlimits (``shell_process.py``, which also keeps the record of each shell).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
 scratch directory as bytes, up to the call's ``spill_bytes`` and a truncation note
-(``shell_output.py``: past the cap it is drained slowly and dropped); a read gets the
+(``toolpool.spill``: past the cap it is drained slowly and dropped); a read gets the
 byte range not read before, which the worker reads from the file itself.
 
 How many run at once is capped per session, per client and in the daemon
@@ -56,7 +56,6 @@ from toolpool.pool import shell_bounds
 from toolpool.pool.environments import SessionSandboxes
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
-from toolpool.pool.shell_output import OutputFile
 from toolpool.pool.shell_process import (
     READY_TIMEOUT,
     OwnSandbox,
@@ -76,6 +75,7 @@ from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.sandbox.spawn import SpawnError
 from toolpool.sandbox.terminate import terminate
+from toolpool.spill import SpillFile
 
 log = logging.getLogger("toolpool.pool")
 
@@ -334,7 +334,7 @@ class ShellSupervisor:
         shell_id = self._new_id()
         directory = Path(context.scratch_dir) / "shells"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        output = OutputFile(directory / f"{shell_id}.log", limits.spill_bytes)
+        output = SpillFile(directory / f"{shell_id}.log", limits.spill_bytes)
         cgroup = shell_cgroup(self._processes.cgroups, shell_id, limits, self._cpus)
         mark = f"{os.getpid()}:{shell_id}"
         profile, policy = self._processes.profile, self._processes.policy
