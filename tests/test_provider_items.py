@@ -15,10 +15,10 @@ import pytest
 from agents.apply_diff import apply_diff
 
 from toolpool import ToolCall, ToolResult
+from toolpool.declared import DECLARATIONS, ITEM_TOOLS
 from toolpool.engine.session import Session
 from toolpool.models import ErrorCode, TextBlock
 from toolpool.profiles import PROFILES, definition_name, in_profile, lists, offers, owners
-from toolpool.profiles.declared import DECLARATIONS, ITEM_TOOLS
 from toolpool.providers import (
     definitions,
     detect_call_format,

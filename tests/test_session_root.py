@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from toolpool import Client, ToolResult
+from toolpool import Client, ToolResult, session_options
 from toolpool.engine import Coordinator
 from toolpool.models import ErrorCode
+from toolpool.sandbox import layers
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.tools.bash import bash
 
@@ -149,6 +150,11 @@ def test_V12_a_layer_bytes_below_a_mebibyte_is_refused(workspace: Path) -> None:
             coordinator.open_session(workspace, layer_bytes=1000)
     finally:
         coordinator.close()
+
+
+def test_V12_one_default_layer_size_for_the_options_and_bashs_note() -> None:
+    # Until session_options imports the sandbox's default (another issue reshapes it).
+    assert session_options.DEFAULT_LAYER_BYTES == layers.DEFAULT_LAYER_BYTES == 1024**3
 
 
 @pytest.mark.spec("V12")

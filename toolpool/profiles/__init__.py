@@ -8,20 +8,21 @@ A session's ``tool_profile`` says which names its calls use:
   BashOutput, KillShell, NotebookEdit: ``claude_code.py``);
 - ``"codex"``: Codex CLI's (shell, apply_patch: ``codex.py``);
 - ``"openai"``: the tools OpenAI's Responses API defines, ``apply_patch`` and
-  ``shell`` (``declared.py``; their calls are OpenAI's own item types);
+  ``shell`` (``toolpool/declared.py``; their calls are OpenAI's own item types);
 - ``"anthropic"``: the tools Anthropic's Messages API defines, ``bash`` and the text
-  editor ``str_replace_based_edit_tool`` (``declared.py``).
+  editor ``str_replace_based_edit_tool`` (``toolpool/declared.py``).
 
-A profile's tool is an ``Adapter`` (``adapter.py``) over a built-in: the same
+A profile's tool is an ``Adapter`` (``toolpool/adapter.py``) over a built-in: the same
 implementation, pipeline and sandbox, in that agent's names, units and words. Every
 tool belongs to the profiles that list its name here; a tool no profile lists (a
 user's tool, an MCP server's) belongs to every profile. A session is offered its
 profile's tools and those; a call to another profile's tool is refused at P4 with
 the profile it belongs to.
 
-The adapters are tools like any other and run in the workers: ``toolpool.tools``
-lists them in its ``TOOLS`` (``profile_tools`` over its built-ins), so a daemon that
-loads the built-ins loads the profiles too.
+The adapters are tools like any other and run in the workers: ``toolpool/toolset.py``
+assembles them over the built-ins (``profile_tools``) into ``TOOLS``, which
+``toolpool.tools`` names too, so a daemon that loads the built-ins loads the
+profiles too. This package imports no tool (the built-ins come as arguments).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from toolpool.profiles import claude_code, codex, declared
-from toolpool.profiles.adapter import Adapter
+from toolpool import declared
+from toolpool.adapter import Adapter
+from toolpool.profiles import claude_code, codex
 
 DEFAULT_PROFILE = "toolpool"
 

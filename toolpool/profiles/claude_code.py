@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from toolpool.adapter import Adapter, tool_named
 from toolpool.call_forms import READ_FORMS
 from toolpool.file_reads import CODE_NOT_READ, READ_AGAIN, fix_call, not_read_message
-from toolpool.profiles.adapter import Adapter, tool_named
 from toolpool.tool import Arguments
 
 PROFILE = "claude-code"

@@ -24,8 +24,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from toolpool.adapter import Adapter, tool_named
 from toolpool.errors import ToolError
-from toolpool.profiles.adapter import Adapter, tool_named
 from toolpool.registry import ToolSpec
 from toolpool.tool import Arguments, ToolContext
 

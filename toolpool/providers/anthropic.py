@@ -23,10 +23,10 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toolpool.declared import declaration, in_format
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
-from toolpool.profiles.declared import declaration, in_format
+from toolpool.providers.described import DescribedTool
 from toolpool.providers.payload import as_list, as_object, dumped, object_arguments, required_text
-from toolpool.registry import ToolSpec
 
 
 def calls_from_anthropic(payload: Any) -> list[ToolCall]:
@@ -84,7 +84,7 @@ def _tool_result(result: ToolResult) -> JSONObject:
     return out
 
 
-def tools_to_anthropic(specs: Iterable[ToolSpec]) -> list[JSONObject]:
+def tools_to_anthropic(specs: Iterable[DescribedTool]) -> list[JSONObject]:
     """Tool definitions for the ``tools`` parameter of a Messages request: Anthropic's
     own tools as their declarations (``{"type": "bash_20250124", "name": "bash"}``),
     another provider's own tools left out."""

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from toolpool.declared import ITEM_TOOLS
 from toolpool.models import JSONObject, ToolCall, ToolResult
-from toolpool.profiles.declared import ITEM_TOOLS
 from toolpool.providers.anthropic import (
     calls_from_anthropic,
     results_to_anthropic,
     tools_to_anthropic,
 )
+from toolpool.providers.described import DescribedTool
 from toolpool.providers.gemini import calls_from_gemini, results_to_gemini, tools_to_gemini
 from toolpool.providers.langchain import (
     calls_from_langchain,
@@ -38,7 +39,6 @@ from toolpool.providers.openai_responses import (
     tools_to_openai_responses,
 )
 from toolpool.providers.payload import as_list, as_object, dumped, kind_of, object_arguments
-from toolpool.registry import ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class Provider:
     """
 
     name: str
-    tools: Callable[[Iterable[ToolSpec]], list[JSONObject]]
+    tools: Callable[[Iterable[DescribedTool]], list[JSONObject]]
     results: Callable[[Iterable[ToolResult]], list[JSONObject] | JSONObject]
     parse_calls: Callable[[Any], list[ToolCall]] | None
 
@@ -86,7 +86,7 @@ def provider(name: str) -> Provider:
         raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}") from None
 
 
-def definitions(specs: Iterable[ToolSpec], provider_name: str) -> list[JSONObject]:
+def definitions(specs: Iterable[DescribedTool], provider_name: str) -> list[JSONObject]:
     """The tools' definitions in ``provider_name``'s format."""
     return provider(provider_name).tools(specs)
 

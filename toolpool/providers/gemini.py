@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toolpool.declared import in_format
 from toolpool.models import ImageBlock, JSONObject, ToolCall, ToolResult
-from toolpool.profiles.declared import in_format
+from toolpool.providers.described import DescribedTool
 from toolpool.providers.gemini_schema import gemini_parameters
 from toolpool.providers.payload import (
     as_list,
@@ -31,7 +32,6 @@ from toolpool.providers.payload import (
     object_arguments,
     required_text,
 )
-from toolpool.registry import ToolSpec
 
 # Ids toolpool makes up for calls the model sent without one: the prefix and the
 # call's position among the message's function calls (gemini-call-0, gemini-call-1…).
@@ -113,7 +113,7 @@ def _response(result: ToolResult) -> JSONObject:
     return out
 
 
-def tools_to_gemini(specs: Iterable[ToolSpec]) -> list[JSONObject]:
+def tools_to_gemini(specs: Iterable[DescribedTool]) -> list[JSONObject]:
     """Function declarations, for ``{"tools": [{"functionDeclarations": [...]}]}``.
 
     ``parameters`` (the OpenAPI subset every Gemini endpoint and model accepts) is

@@ -19,14 +19,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
+from toolpool.declared import in_format
 from toolpool.models import JSONObject, TextBlock, ToolResult
-from toolpool.profiles.declared import in_format
-from toolpool.registry import ToolSpec
+from toolpool.providers.described import DescribedTool
 
 CONCURRENCY_SAFE_META = "toolpool/concurrencySafe"
 
 
-def tools_to_mcp(specs: Iterable[ToolSpec]) -> list[JSONObject]:
+def tools_to_mcp(specs: Iterable[DescribedTool]) -> list[JSONObject]:
     """MCP tool definitions, with toolpool's capabilities as annotations.
 
     The capabilities are asked with empty arguments, as a definition has no call:

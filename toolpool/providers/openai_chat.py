@@ -20,10 +20,10 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toolpool.declared import in_format
 from toolpool.models import ImageBlock, JSONObject, TextBlock, ToolCall, ToolResult
-from toolpool.profiles.declared import in_format
+from toolpool.providers.described import DescribedTool
 from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
-from toolpool.registry import ToolSpec
 
 
 def calls_from_openai_chat(payload: Any) -> list[ToolCall]:
@@ -90,7 +90,7 @@ def _left_out(image: ImageBlock) -> str:
     return f"[{image.media_type} image not shown: Chat Completions tool messages carry text only]"
 
 
-def tools_to_openai_chat(specs: Iterable[ToolSpec]) -> list[JSONObject]:
+def tools_to_openai_chat(specs: Iterable[DescribedTool]) -> list[JSONObject]:
     """Tool definitions for the ``tools`` parameter of a Chat Completions request.
 
     ``strict`` is left out: it defaults to false here, so optional arguments stay

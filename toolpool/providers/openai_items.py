@@ -20,7 +20,7 @@ The documented shapes (platform.openai.com/docs/api-reference/responses, and the
                   "action": {"type": "exec", "command": ["ls"], "env": {}}}
     input item   {"type": "local_shell_call_output", "id": "call_3", "output": "{…}"}
 
-A call item becomes a ToolCall of the tool that runs it (``toolpool.profiles.declared``),
+A call item becomes a ToolCall of the tool that runs it (``toolpool.declared``),
 its one argument the item's ``operation`` or ``action`` (checked at P5 against the
 tool's schema, so a malformed one is that call's error result, answered in its own
 item type). A ``shell_call`` whose ``environment`` is not ``local`` (a container
@@ -33,14 +33,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolpool.models import JSONObject, ToolCall, ToolResult
-from toolpool.profiles.declared import (
+from toolpool.declared import (
     ITEM_ARGUMENTS,
     ITEM_OUTPUTS,
     ITEM_TOOLS,
     OPENAI_APPLY_PATCH,
     OPENAI_LOCAL_SHELL,
 )
+from toolpool.models import JSONObject, ToolCall, ToolResult
 from toolpool.providers.payload import required_text
 
 # What a shell_call's result details hold (toolpool.tools.openai_shell writes them).

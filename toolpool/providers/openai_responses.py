@@ -30,11 +30,11 @@ import copy
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from toolpool.declared import declaration, in_format
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
-from toolpool.profiles.declared import declaration, in_format
+from toolpool.providers.described import DescribedTool
 from toolpool.providers.openai_items import answers_as_item, item_call, item_output
 from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
-from toolpool.registry import ToolSpec
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 
@@ -131,7 +131,7 @@ def _output(result: ToolResult) -> str | list[JSONObject]:
     ]
 
 
-def tools_to_openai_responses(specs: Iterable[ToolSpec]) -> list[JSONObject]:
+def tools_to_openai_responses(specs: Iterable[DescribedTool]) -> list[JSONObject]:
     """Tool definitions for the ``tools`` parameter of a Responses request.
 
     ``strict`` is set to false on purpose: when it is left out, the Responses API

@@ -65,6 +65,11 @@ def _unmount(target: Path) -> None:
 
 Inherit = Mapping[str, tuple[Overlay, int]]  # a fork's: the parent's overlay, its depth
 
+# A session's layers' size when it names none. (session_options.py, which another
+# issue reshapes, still writes its own copy; tests/test_session_root.py keeps the
+# two equal until it imports this one.)
+DEFAULT_LAYER_BYTES = 1024**3
+
 
 class SessionLayer:
     """One session's writable layers on one tmpfs of ``layer_bytes``: its root's

@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
+from toolpool.declared import ANTHROPIC_BASH
 from toolpool.errors import ToolError
-from toolpool.profiles.declared import ANTHROPIC_BASH
 from toolpool.sandbox.limits import Limits
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ValidationResult
 from toolpool.tools.bash import DEFAULT_TIMEOUT, layer_note

@@ -34,9 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from toolpool.declared import ANTHROPIC_TEXT_EDITOR
 from toolpool.errors import ToolError
 from toolpool.models import TextBlock
-from toolpool.profiles.declared import ANTHROPIC_TEXT_EDITOR
 from toolpool.tool import Arguments, ToolContext, ToolOutput, ValidationResult
 from toolpool.tools.diff import unified_diff
 from toolpool.tools.edit import max_file_bytes, planned

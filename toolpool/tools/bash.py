@@ -24,9 +24,8 @@ import time
 from typing import Any
 
 from toolpool.errors import ToolError
-from toolpool.sandbox.layers import layer_full
+from toolpool.sandbox.layers import DEFAULT_LAYER_BYTES, layer_full
 from toolpool.sandbox.limits import Limits
-from toolpool.session_options import DEFAULT_LAYER_BYTES
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS
 from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from toolpool.adapter import Adapter
+from toolpool.declared import OPENAI, OPENAI_APPLY_PATCH
 from toolpool.errors import ToolError
-from toolpool.profiles.adapter import Adapter
-from toolpool.profiles.declared import OPENAI, OPENAI_APPLY_PATCH
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.patch_grammar import (
     ADD,

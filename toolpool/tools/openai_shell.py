@@ -32,10 +32,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from toolpool.adapter import Adapter
+from toolpool.declared import OPENAI, OPENAI_LOCAL_SHELL, OPENAI_SHELL
 from toolpool.errors import ToolError
-from toolpool.profiles.adapter import Adapter
-from toolpool.profiles.codex import Shell as CodexShell
-from toolpool.profiles.declared import OPENAI, OPENAI_LOCAL_SHELL, OPENAI_SHELL
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ToolOutput
 from toolpool.tools.bash import DEFAULT_TIMEOUT, MAX_TIMEOUT, layer_note
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS
@@ -237,12 +236,13 @@ def codex_arguments(action: Arguments) -> Arguments:
 
 
 class OpenAILocalShell(Adapter):
-    """``local_shell`` over Codex's ``shell`` (and so over ``bash``, or ``apply_patch``
-    for a patch sent through it), every capability theirs."""
+    """``local_shell`` over Codex's ``shell`` (``profiles/codex.py``: over ``bash``, or
+    ``apply_patch`` for a patch sent through it), every capability theirs; given it
+    where the tool set is assembled (``toolpool/toolset.py``)."""
 
     profile = OPENAI
 
-    def __init__(self, codex: CodexShell) -> None:
+    def __init__(self, codex: Adapter) -> None:
         super().__init__(
             codex.target,
             name=OPENAI_LOCAL_SHELL,
