@@ -35,6 +35,7 @@ from toolpool.tool import (
     ReadOnlyTool,
     Validator,
 )
+from toolpool.tools.stamps import register_verdict
 
 from .support import EventLog, Minimal, Picture, Probe, RecordingGate, run_one
 
@@ -370,7 +371,7 @@ def test_T4_the_read_before_write_check_is_cheap_and_changes_nothing(
         raise AssertionError("the check read the file")
 
     monkeypatch.setattr(Path, "read_bytes", no_reads)
-    assert register.check_before_write(target).ok
+    assert register_verdict(register, target).ok
     # And the register is as it was
     assert list(register) == before
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from toolpool import FileReadRegister, FileReadStamp
-from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, Freshness
+from toolpool.file_reads import Freshness
+from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE, register_verdict
 
 
 def read_into(register: FileReadRegister, path: Path, *, partial: bool = False) -> None:
@@ -75,7 +76,7 @@ def test_F3_check_before_write(
         st = target.stat()
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     assert register.freshness(target) is state
-    verdict = register.check_before_write(target)
+    verdict = register_verdict(register, target)
     assert verdict.ok is (code is None)
     if code is not None:
         assert verdict.code == code
@@ -84,4 +85,4 @@ def test_F3_check_before_write(
 
 @pytest.mark.spec("F3")
 def test_F3_a_new_file_needs_no_read(workspace: Path) -> None:
-    assert FileReadRegister().check_before_write(workspace / "new.py").ok
+    assert register_verdict(FileReadRegister(), workspace / "new.py").ok

@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from toolpool import Client, ToolCall
+from toolpool.adapter import Refusal
 from toolpool.client import RequestFailed
+from toolpool.errors import ToolError
 from toolpool.models import ErrorCode, ToolResult
 from toolpool.profiles import PROFILES, TOOLPOOL_NAMES, offers, owners
 from toolpool.profiles.claude_code import (
@@ -30,8 +32,15 @@ from toolpool.profiles.claude_code import (
     refusal,
 )
 from toolpool.profiles.codex import command_line, patch_of, split_exit_code
+from toolpool.refusals import Reason
 from toolpool.tool import InterruptBehavior
-from toolpool.tools import BUILTIN_TOOLS, PROFILE_TOOLS, apply_patch_tool, bash
+from toolpool.tools import (
+    BUILTIN_TOOLS,
+    PROFILE_TOOLS,
+    apply_patch_tool,
+    bash,
+    stamps,
+)
 
 from .daemon_support import Daemon, shared_daemon
 from .tool_support import read_whole, text, tool_context
@@ -318,50 +327,107 @@ def test_F12_the_shells_command_line_and_codex_result() -> None:
 # -- the refusals, in Claude Code's words --------------------------------------------------
 
 
+_STALE = "File a.py has been modified since it was read, either by the user or by a linter."
+_AT_WRITE = (
+    "File a.py changed since it was read (by the user, a linter or another program); "
+    "nothing was written."
+)
+
+
 @pytest.mark.parametrize(
     ("toolpool_says", "claude_code_says"),
     [
-        ("File a.py has been modified since it was read, either by the user or by a linter. "
-         "Read it again before writing to it.", MODIFIED_READ_AGAIN),
-        ("File a.py has been modified since it was read, either by the user or by a linter.\n\n"
-         "What changed since you read it:\n-x\n+y\n\nRead it again before writing to it.",
+        (Refusal(f"{_STALE} Read it again before writing to it.", Reason.CHANGED),
+         MODIFIED_READ_AGAIN),
+        (Refusal(f"{_STALE}\n\nWhat changed since you read it:\n-x\n+y\n\nRead it again "
+                 "before writing to it.", Reason.CHANGED,
+                 explanation="\n\nWhat changed since you read it:\n-x\n+y"),
          f"{MODIFIED_READ_AGAIN}\n\nWhat changed since you read it:\n-x\n+y"),
-        ("File a.py has been modified since it was read, either by the user or by a linter.\n\n"
-         "It now reads (the whole file, 1 line):\n     1\ty\n\nThis counts as a read.",
+        (Refusal(f"{_STALE}\n\nIt now reads (the whole file, 1 line):\n     1\ty\n\nThis "
+                 "counts as a read.", Reason.CHANGED_SHOWN,
+                 explanation="\n\nIt now reads (the whole file, 1 line):\n     1\ty\n\nThis "
+                 "counts as a read."),
          f"{MODIFIED}\n\nIt now reads (the whole file, 1 line):\n     1\ty\n\n"
          "This counts as a read."),
-        ("File a.py changed since it was read (by the user, a linter or another program); "
-         "nothing was written. Read it again before writing to it.",
+        (Refusal(f"{_AT_WRITE} Read it again before writing to it.", Reason.CHANGED_BEFORE_WRITE,
+                 explanation=" Read it again before writing to it."),
          f"{UNEXPECTEDLY_MODIFIED}\n\nRead it again before writing to it."),
-        ("old_string and new_string are the same: the edit would change nothing.",
+        (Refusal("old_string and new_string are the same: the edit would change nothing.",
+                 Reason.NO_CHANGE),
          "No changes to make: old_string and new_string are exactly the same."),
-        ("File does not exist: b.py. edit changes existing files; to create one, use write.",
+        (Refusal("File does not exist: b.py. edit changes existing files; to create one, use "
+                 "write.", Reason.NO_FILE),
          "File does not exist.\n\nFile does not exist: b.py. edit changes existing files; to "
          "create one, use write."),
-        ("The patch is not valid: line 1: ...", "The patch is not valid: line 1: ..."),
+        (Refusal("The patch is not valid: line 1: ..."), "The patch is not valid: line 1: ..."),
+        # The reason decides, never the English: a message that reads like a refusal
+        # but has none is left as it is.
+        (Refusal(f"{_STALE} Read it again before writing to it."),
+         f"{_STALE} Read it again before writing to it."),
+        (Refusal("old_string was not found in a.py."), "old_string was not found in a.py."),
     ],
 )  # fmt: skip
 def test_F12_read_before_write_refusals_in_claude_codes_words(
-    toolpool_says: str, claude_code_says: str
+    toolpool_says: Refusal, claude_code_says: str
 ) -> None:
     assert refusal(toolpool_says, {}) == claude_code_says
 
 
 def test_F12_an_edits_errors_quote_its_old_string_as_claude_code_does() -> None:
     args = {"old_string": "x = 1"}
-    assert refusal("old_string was not found in a.py. Read the file again.", args) == (
+    missing = Refusal("old_string was not found in a.py. Read the file again.", Reason.NOT_FOUND)
+    assert refusal(missing, args) == (
         f"{NOT_FOUND}\nString: x = 1\n\nold_string was not found in a.py. Read the file again."
     )
-    found = refusal("old_string occurs 2 times in a.py (lines 1, 4). Add lines.", args)
+    twice = Refusal(
+        "old_string occurs 2 times in a.py (lines 1, 4). Add lines.",
+        Reason.AMBIGUOUS,
+        {"occurrences": 2},
+    )
+    found = refusal(twice, args)
     assert found.startswith(
         "Found 2 matches of the string to replace, but replace_all is false. To replace all "
         "occurrences, set replace_all to true. To replace only one occurrence, please provide "
         "more context to uniquely identify the instance.\nString: x = 1\n\nold_string occurs 2"
     )
     edits = {"edits": [{"old_string": "a"}, {"old_string": "b"}]}
-    assert refusal("edits[1]: old_string was not found in a.py.", edits) == (
+    second = Refusal(
+        "edits[1]: old_string was not found in a.py.", Reason.NOT_FOUND, {"edit_index": 1}
+    )
+    assert refusal(second, edits) == (
         f"edits[1]: {NOT_FOUND}\nString: b\n\nold_string was not found in a.py."
     )
+
+
+def test_F12_the_built_ins_refusals_carry_the_reasons_the_profile_words(
+    workspace: Path,
+) -> None:
+    # Given a file read whole, an edit of text it lacks, of text it has twice, of
+    # nothing, and a file that does not exist.
+    target = workspace / "a.py"
+    target.write_text("x = 1\nx = 1\n")
+    ctx = tool_context(workspace)
+    read_whole(ctx, "a.py")
+    edit_tool = next(t for t in BUILTIN_TOOLS if t.name == "edit")
+
+    def error(**args: Any) -> ToolError:
+        with pytest.raises(ToolError) as caught:
+            edit_tool.execute({"path": "a.py", **args}, ctx)
+        return caught.value
+
+    # Then each error names its reason, and the facts its wording needs.
+    assert error(old_string="y", new_string="z").reason == Reason.NOT_FOUND
+    twice = error(old_string="x = 1", new_string="z")
+    assert (twice.reason, twice.details["occurrences"]) == (Reason.AMBIGUOUS, 2)
+    assert error(old_string="x", new_string="x").reason == Reason.NO_CHANGE
+    missing = edit_tool.validate({"path": "b.py", "old_string": "a", "new_string": "b"}, ctx)
+    assert missing.reason == Reason.NO_FILE
+    # And once the file changed, the refusal's reason and explanation are what the
+    # profile words it from.
+    target.write_text("x = 2\nx = 1\n")
+    stale = edit_tool.validate({"path": "a.py", "old_string": "x = 1", "new_string": "y"}, ctx)
+    assert (stale.code, stale.reason) == (stamps.CODE_STALE, Reason.CHANGED_SHOWN)
+    assert stale.explanation and stale.message.endswith(stale.explanation)
 
 
 # -- no copy of behaviour: the adapter's effect is the built-in's ---------------------------

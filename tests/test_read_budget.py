@@ -20,9 +20,9 @@ from toolpool import ErrorCode, TextBlock, ToolCall, ToolResult, tools_in_module
 from toolpool.engine import Coordinator
 from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS, OutputShare
 from toolpool.engine.line_cut import cut, plan
-from toolpool.file_reads import CODE_NOT_READ
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.tools import TOOLS
+from toolpool.tools.stamps import CODE_NOT_READ
 
 pytestmark = pytest.mark.spec("L4")
 

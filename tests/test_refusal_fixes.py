@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from toolpool import ErrorCode, FileReadRegister, FileReadStamp, ToolCall, ToolResult
+from toolpool.adapter import Refusal
 from toolpool.engine import Coordinator, Session
-from toolpool.file_reads import CODE_NOT_READ, not_read_message, unread_details
 from toolpool.profiles.claude_code import NOT_READ, refusal
 from toolpool.read_coverage import Part
+from toolpool.refusals import not_read_message, unread_reason
 from toolpool.tools import TOOLS
+from toolpool.tools.stamps import CODE_NOT_READ, unread_details
 
 pytestmark = pytest.mark.spec("F14")
 
@@ -117,7 +119,7 @@ def test_F14_a_profiles_words_come_from_code_and_details_never_from_toolpools_te
     register.record("/w/a.py", _stamp(lines=10, shown=((1, 3), (7, 8))))
     details = {**unread_details("a.py", register.get("/w/a.py")), "validation_code": 2}
     worded = {
-        message: refusal(message, {}, details)
+        message: refusal(Refusal(message, unread_reason(details), details), {})
         for message in ("", "Ceci n'est pas un refus.", not_read_message(details, "toolpool"))
     }
     # Then Claude Code's refusal is the same whatever the message said

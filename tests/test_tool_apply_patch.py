@@ -20,12 +20,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from toolpool import ToolError
-from toolpool.file_reads import CODE_NOT_READ, CODE_STALE, content_hash
+from toolpool.file_reads import content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
 from toolpool.tools import apply_patch as apply_patch_module
 from toolpool.tools.apply_patch import apply_patch_tool
 from toolpool.tools.patch_grammar import PatchSyntaxError, parse_patch
+from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
 
 from .tool_support import read_whole, tool_context
 

@@ -35,10 +35,10 @@ from toolpool.engine.budget import (
     Spill,
     cut_to_share,
 )
-from toolpool.file_reads import CODE_NOT_READ
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.session_options import SessionOptions
 from toolpool.tools import FILE_TOOLS
+from toolpool.tools.stamps import CODE_NOT_READ
 
 from .support import PNG_1X1, EventLog, ticks
 

@@ -6,15 +6,18 @@ the built-in's, asked with the arguments translated (``route``): validate, previ
 execute, read_only, concurrency_safe, interrupt_behavior, activity, file_paths,
 call_limits and permissions. What an adapter adds is words: the arguments in, the
 result out (``result``), and the messages a model of that agent relies on
-(``reworded``: its refusals, in that agent's own sentences). A built-in that lacks a
+(``refused``: its refusals, in that agent's own sentences, worded from the
+refusal's stable reason and details, never from toolpool's English). A built-in that lacks a
 capability gives the T2 default through the adapter too, because the adapter asks
 the built-in's ``ToolSpec``, which applies them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,25 @@ from toolpool.registry import ToolSpec
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ValidationResult
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A built-in's refusal (``validate``) or error (``ToolError``), as an adapter
+    words it again: toolpool's ``message``; its stable ``reason`` (``not_read``,
+    ``changed``, ``not_found``…; "" for one that has none); its ``details`` (with
+    ``validation_code`` for a refusal of ``validate``); and ``explanation``, what the
+    message says past the reason's own sentence (what changed…)."""
+
+    message: str
+    reason: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    explanation: str = ""
+
+
 class Adapter:
     """A tool named and shaped as another agent's, delegating to ``target``.
 
     Subclasses override ``arguments`` (the translation of a call's arguments), and
-    where that agent's model reads things differently ``result`` and ``reworded``;
+    where that agent's model reads things differently ``result`` and ``refused``;
     a tool that maps onto one of several built-ins by its arguments overrides
     ``route``. ``profile`` names the profile the adapter belongs to.
     """
@@ -69,15 +86,11 @@ class Adapter:
         """What the model gets from the built-in's ``output`` (default: as it is)."""
         return output
 
-    def reworded(self, message: str, args: Arguments) -> str:
-        """A refusal or error of the built-in, in this agent's words (default: as is)."""
-        return message
-
-    def refused(self, message: str, details: Mapping[str, Any], args: Arguments) -> str:
-        """A refusal or error of the built-in with its details (``validation_code``
-        and what the refusal says for programs: the words of a refusal are made from
-        them, never from toolpool's English, SPEC F14); default: ``reworded``."""
-        return self.reworded(message, args)
+    def refused(self, refusal: Refusal, args: Arguments) -> str:
+        """A refusal or error of the built-in in this agent's words, made from its
+        reason and details, never from toolpool's English (SPEC F14); default: its
+        message as it is."""
+        return refusal.message
 
     # -- the capabilities: the built-in's (T2) ----------------------------------------
 
@@ -122,8 +135,8 @@ class Adapter:
         if verdict.ok:
             return verdict
         details = {**verdict.details, "validation_code": verdict.code}
-        message = self.refused(verdict.message, details, args)
-        return ValidationResult.failed(message, verdict.code, verdict.details)
+        refusal = Refusal(verdict.message, verdict.reason, details, verdict.explanation)
+        return dataclasses.replace(verdict, message=self.refused(refusal, args))
 
     def preview(self, args: Arguments, ctx: ToolContext) -> Any:
         spec, routed = self._checked(args)
@@ -155,8 +168,14 @@ class Adapter:
         try:
             yield
         except ToolError as exc:
-            message = self.refused(exc.message, exc.details, args)
-            raise ToolError(message, details=exc.details, code=exc.code) from None
+            refusal = Refusal(exc.message, exc.reason, exc.details, exc.explanation)
+            raise ToolError(
+                self.refused(refusal, args),
+                details=exc.details,
+                code=exc.code,
+                reason=exc.reason,
+                explanation=exc.explanation,
+            ) from None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} over {self.target.name!r}>"

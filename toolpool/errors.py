@@ -23,13 +23,25 @@ class ToolError(ToolpoolError):
 
     ``details`` are copied into the error result's details; ``code`` (an ErrorCode
     value such as "limit_exceeded" or "sandbox_failed") replaces the default
-    "execution_failed".
+    "execution_failed". ``reason`` is a stable name for why (``not_found``,
+    ``changed_before_write``…) and ``explanation`` what the message says past the
+    reason's own sentence: a tool profile says the reason in its agent's words and
+    keeps the explanation (``toolpool/adapter.py``), reading no English. Neither
+    leaves the process: the result carries the message and details.
     """
 
     def __init__(
-        self, message: str, *, details: dict[str, Any] | None = None, code: str | None = None
+        self,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        code: str | None = None,
+        reason: str = "",
+        explanation: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
         self.code = code
+        self.reason = reason
+        self.explanation = explanation

@@ -1,8 +1,10 @@
-"""The session's file-read register (SPEC F2, F13) and the read-before-write check (F3).
+"""The session's file-read register (SPEC F2, F13): what the session was shown of each
+file, and where a file stands against it (``freshness``).
 
 ``read`` records a stamp for every file it reads; ``edit`` and ``write`` ask the
-register whether the file was read in full and has not changed since. One register
-per session, shared by read, edit and write.
+register whether the file was read in full and has not changed since (F3: the check
+and its refusals are the file tools', ``tools/stamps.py``). One register per
+session, shared by read, edit and write.
 
 A stamp names one content of the file (its hash) and which parts of it the session
 was shown (``read_coverage.py``): the reads of one content add up, and a file whose
@@ -18,27 +20,13 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from toolpool.call_forms import quote, read_arguments, read_call
 from toolpool.read_coverage import Part, combined, covers, missing, narrowed, settled
-from toolpool.tool import ValidationResult
-
-# F3's refusal codes (docs/spec.md): 2 never (or only partly) read, 3 changed since.
-CODE_NOT_READ = 2
-CODE_STALE = 3
-
-
-READ_AGAIN = "Read it again before writing to it."
-
-
-def modified_since_read(name: str) -> str:
-    """The first sentence of F3's code-3 refusal in ``validate``."""
-    return f"File {name} has been modified since it was read, either by the user or by a linter."
 
 
 def content_hash(data: bytes) -> str:
@@ -231,35 +219,6 @@ class FileReadRegister:
             return Freshness.CHANGED  # deleted or unreadable since the read
         return Freshness.FRESH if content_hash(data) == stamp.content_hash else Freshness.CHANGED
 
-    def check_before_write(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        shown: Callable[[], str] | None = None,
-        at: str | os.PathLike[str] | None = None,
-        profile: str = "toolpool",
-    ) -> ValidationResult:
-        """F3: the check edit and write run in ``validate``.
-
-        A file that does not exist needs no read. Otherwise: never or partly read →
-        code 2, naming the read that lifts it (F14) in ``profile``'s spelling;
-        changed since → code 3; read and unchanged → passes. A refusal names the
-        file as ``shown()`` gives it, as a call's argument names it (the tools give
-        its workspace-relative form, SPEC E4; called only for a refusal; quoted in
-        the message when it must be), else as ``path``.
-        """
-        if not os.path.lexists(path if at is None else at):
-            return ValidationResult.passed()
-        freshness = self.freshness(path, at)
-        if freshness is Freshness.FRESH:
-            return ValidationResult.passed()
-        name = os.fspath(path) if shown is None else shown()
-        if freshness is Freshness.CHANGED:
-            message = f"{modified_since_read(quote(name))} {READ_AGAIN}"
-            return ValidationResult.failed(message, CODE_STALE)
-        details = unread_details(name, self.get(path))
-        return ValidationResult.failed(not_read_message(details, profile), CODE_NOT_READ, details)
-
     def rejudge(self) -> None:
         """Every stamp judged by content from now on (a rewind put files back with the
         times they had then, B2): the next check hashes the file, whatever its mtime."""
@@ -322,83 +281,3 @@ def apply_changes(
             register.forget(path)
         else:
             register.record(path, FileReadStamp.from_dict(stamp))
-
-
-# --- F3's code-2 refusal, and the read that lifts it (F14) ------------------------------
-
-
-def unread_details(path: str, stamp: FileReadStamp | None) -> dict[str, Any]:
-    """What a code-2 refusal of the file ``path`` (as a call's argument names it:
-    workspace-relative, unquoted) tells programs: ``partly_read`` (false: never
-    read), ``read_first``, the one read that lifts it (its arguments in toolpool's
-    names: ``path``, and for a file whose lines were counted the ``offset`` — left
-    out when it is 1 — and ``limit`` from the first line never shown to the last),
-    and then ``missing_lines`` (their intervals, 1-based, inclusive) and
-    ``total_lines``."""
-    if stamp is None:
-        return {"partly_read": False, "read_first": {"path": path}}
-    gaps = stamp.missing_lines()
-    if not gaps:  # its lines were never counted (a PDF's pages, a cut notebook)
-        return {"partly_read": True, "read_first": {"path": path}}
-    first, last = gaps[0][0], gaps[-1][1]
-    fix: dict[str, Any] = {"path": path, "offset": first, "limit": last - first + 1}
-    if first == 1:
-        del fix["offset"]
-    return {
-        "partly_read": True,
-        "read_first": fix,
-        "missing_lines": [list(gap) for gap in gaps],
-        "total_lines": stamp.lines,
-    }
-
-
-def fix_call(details: Mapping[str, Any], profile: str) -> str | None:
-    """The read a code-2 refusal's details name, in ``profile``'s spelling; None when
-    they name none or the profile has no read tool."""
-    fix = details.get("read_first")
-    if not isinstance(fix, Mapping) or not isinstance(fix.get("path"), str):
-        return None
-    return read_call(profile, *read_arguments(fix))
-
-
-def not_read_message(details: Mapping[str, Any], profile: str = "toolpool") -> str:
-    """F3's code-2 refusal (of ``edit``, ``write`` and the tools sharing their guard)
-    worded from its details (``unread_details``): what was not read, and the read
-    that lifts it in ``profile``'s spelling (F14)."""
-    name = quote(str(details["read_first"]["path"]))
-    call = fix_call(details, profile)
-    if not details.get("partly_read"):
-        first = f"File {name} has not been read yet. Read it first before writing to it"
-        return f"{first}: {call}." if call else f"{first}."
-    return f"File {name} was only partly read{unread_part(details)}.{read_first(details, profile)}"
-
-
-def unread_part(details: Mapping[str, Any]) -> str:
-    """What of a partly read file was never shown, from a code-2 refusal's details:
-    a clause that follows "was only partly read"."""
-    gaps = details.get("missing_lines")
-    if not gaps:
-        return " (not every part of it was shown)"
-    one = len(gaps) == 1 and gaps[0][0] == gaps[0][1]
-    return (
-        f": {_spans(gaps)} of its {details['total_lines']} lines "
-        f"{'was' if one else 'were'} never shown"
-    )
-
-
-def read_first(details: Mapping[str, Any], profile: str) -> str:
-    """The sentence naming the read a code-2 refusal's details name (with a space
-    before it), in ``profile``'s spelling; "" when there is none to name."""
-    call = fix_call(details, profile)
-    if call is None:
-        return ""
-    gaps = details.get("missing_lines") or []
-    what = "them" if len(gaps) > 1 or (gaps and gaps[0][0] != gaps[0][1]) else "it"
-    return f" Read {what} first: {call}."
-
-
-def _spans(gaps: list[Any]) -> str:
-    words = [f"line {a}" if a == b else f"lines {a}-{b}" for a, b in gaps[:4]]
-    if len(gaps) > 4:
-        words.append(f"{len(gaps) - 4} more spans")
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"

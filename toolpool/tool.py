@@ -41,12 +41,20 @@ class InterruptBehavior(StrEnum):
 class ValidationResult:
     """The answer of a tool's ``validate``: ok, or a message for the model and a code,
     with ``details`` for programs (they join the refusal's result details beside
-    ``validation_code``: what a profile words its refusal from, SPEC F14)."""
+    ``validation_code``: what a profile words its refusal from, SPEC F14).
+
+    ``reason`` is a stable name for why (F3's ``not_read``, ``partly_read``,
+    ``changed``…) and ``explanation`` what the message says past the reason's own
+    sentence (what changed, the nearest match): a tool profile says the reason in its
+    agent's words and keeps the explanation, reading no English. Neither crosses to
+    the result, which carries the message, the code and the details."""
 
     ok: bool
     message: str = ""
     code: int = 0
     details: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    explanation: str = ""
 
     @classmethod
     def passed(cls) -> ValidationResult:
@@ -54,9 +62,15 @@ class ValidationResult:
 
     @classmethod
     def failed(
-        cls, message: str, code: int = 1, details: Mapping[str, Any] | None = None
+        cls,
+        message: str,
+        code: int = 1,
+        details: Mapping[str, Any] | None = None,
+        *,
+        reason: str = "",
+        explanation: str = "",
     ) -> ValidationResult:
-        return cls(False, message, code, details or {})
+        return cls(False, message, code, details or {}, reason, explanation)
 
 
 # The verdict of every call whose tool has no validate: frozen, so one serves all.

@@ -12,13 +12,12 @@ built-ins' (docs/tools.md, "Tool profiles").
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from toolpool.adapter import Adapter, tool_named
+from toolpool.adapter import Adapter, Refusal, tool_named
 from toolpool.call_forms import READ_FORMS
-from toolpool.file_reads import CODE_NOT_READ, READ_AGAIN, fix_call, not_read_message
+from toolpool.refusals import Reason, fix_call, not_read_message
 from toolpool.tool import Arguments
 
 PROFILE = "claude-code"
@@ -33,35 +32,46 @@ UNEXPECTEDLY_MODIFIED = (
 NOT_FOUND = "String to replace not found in file."
 NO_CHANGES = "No changes to make: old_string and new_string are exactly the same."
 NO_FILE = "File does not exist."
+MATCHES = (
+    "Found {count} matches of the string to replace, but replace_all is false. To replace "
+    "all occurrences, set replace_all to true. To replace only one occurrence, please "
+    "provide more context to uniquely identify the instance."
+)
 
 # Claude Code's read tool, as toolpool names it in refusals (call_forms.py).
 _READ = READ_FORMS[PROFILE]
 
-# The ends of toolpool's F3 sentences (file_reads.py, stamps.py) that name the file.
-_STALE_FIRST = ", either by the user or by a linter."
-_STALE_AT_WRITE = "; nothing was written."
-_OCCURS = re.compile(r"^old_string occurs (\d+) times in ")
-_EDIT_INDEX = re.compile(r"^(edits\[\d+\]: )")
+# A refusal's reason → Claude Code's sentence in place of toolpool's first one, with
+# toolpool's explanation after it (what changed).
+_INSTEAD_OF_FIRST: dict[str, str] = {
+    Reason.CHANGED: MODIFIED_READ_AGAIN,
+    Reason.CHANGED_SHOWN: MODIFIED,  # the refusal showed the whole file: a read
+    Reason.CHANGED_BEFORE_WRITE: UNEXPECTEDLY_MODIFIED,
+}
 
 
-def refusal(message: str, args: Arguments, details: Mapping[str, Any] | None = None) -> str:
+def refusal(refused: Refusal, args: Arguments) -> str:
     """A read-before-write refusal (SPEC F3) or an edit's error in Claude Code's
-    words, toolpool's explanation after them when it says more; other messages as
-    they are. ``args`` are the call's (Claude Code's) arguments: the edit's
-    old_string is quoted back, as Claude Code does. A refusal whose code says the
-    file was not read whole (2) is worded from its ``details`` alone, naming the
-    Read that lifts it (F14)."""
-    if details and details.get("validation_code") == CODE_NOT_READ and "read_first" in details:
+    words, from its reason and details, toolpool's explanation after them when it
+    says more; others as they are. ``args`` are the call's (Claude Code's)
+    arguments: the edit's old_string is quoted back, as Claude Code does (a
+    MultiEdit's failing edit's, ``edit_index``). A refusal of a file not read whole
+    is worded from its details alone, naming the Read that lifts it (F14)."""
+    details = refused.details
+    if refused.reason in (Reason.NOT_READ, Reason.PARTLY_READ) and "read_first" in details:
         return not_read(details)
-    indexed = _EDIT_INDEX.match(message)
-    prefix = indexed.group(1) if indexed else ""
+    if refused.reason in _INSTEAD_OF_FIRST:
+        return f"{_INSTEAD_OF_FIRST[refused.reason]}\n\n{refused.explanation.strip()}".strip()
+    index = details.get("edit_index")
+    prefix = ""
     old = args.get("old_string")
-    if indexed:
-        index = int(prefix[len("edits[") : prefix.index("]")])
+    if isinstance(index, int):
+        prefix = f"edits[{index}]: "
         edits = args.get("edits") or []
         old = edits[index].get("old_string") if index < len(edits) else None
     quoted = "" if old is None else f"\nString: {old}"
-    return prefix + _claude_sentence(message[len(prefix) :], quoted)
+    body = refused.message.removeprefix(prefix)
+    return prefix + _claude_sentence(refused.reason, body, quoted, details)
 
 
 def not_read(details: Mapping[str, Any]) -> str:
@@ -73,30 +83,16 @@ def not_read(details: Mapping[str, Any]) -> str:
     return f"{NOT_READ}\n\n{not_read_message(details, PROFILE)}"
 
 
-def _claude_sentence(body: str, quoted: str) -> str:
-    first, marker, rest = body.partition(_STALE_FIRST)
-    if marker and first.startswith("File ") and " has been modified since it was read" in first:
-        rest = rest.strip()
-        if rest.endswith(READ_AGAIN):  # toolpool asks for a read: Claude Code's sentence
-            rest = rest.removesuffix(READ_AGAIN).strip()
-            return f"{MODIFIED_READ_AGAIN}\n\n{rest}".strip()
-        return f"{MODIFIED}\n\n{rest}".strip()  # the whole file was shown: no read needed
-    first, marker, rest = body.partition(_STALE_AT_WRITE)
-    if marker and first.startswith("File ") and " changed since it was read" in first:
-        return f"{UNEXPECTEDLY_MODIFIED}\n\n{rest.strip()}".strip()
-    if body.startswith("old_string was not found in "):
+def _claude_sentence(reason: str, body: str, quoted: str, details: Mapping[str, Any]) -> str:
+    """Claude Code's sentence for an edit's refusal of this ``reason`` (toolpool's
+    ``body`` after it, where it tells more); ``body`` alone for the others."""
+    if reason == Reason.NOT_FOUND:
         return f"{NOT_FOUND}{quoted}\n\n{body}"
-    occurs = _OCCURS.match(body)
-    if occurs:
-        return (
-            f"Found {occurs.group(1)} matches of the string to replace, but replace_all is "
-            "false. To replace all occurrences, set replace_all to true. To replace only "
-            f"one occurrence, please provide more context to uniquely identify the instance."
-            f"{quoted}\n\n{body}"
-        )
-    if body.startswith("old_string and new_string are the same"):
+    if reason == Reason.AMBIGUOUS:
+        return f"{MATCHES.format(count=details['occurrences'])}{quoted}\n\n{body}"
+    if reason == Reason.NO_CHANGE:
         return NO_CHANGES
-    if body.startswith(("File does not exist: ", "Path does not exist: ")):
+    if reason == Reason.NO_FILE:
         return f"{NO_FILE}\n\n{body}"
     return body
 
@@ -106,11 +102,8 @@ class ClaudeCodeTool(Adapter):
 
     profile = PROFILE
 
-    def reworded(self, message: str, args: Arguments) -> str:
-        return refusal(message, args)
-
-    def refused(self, message: str, details: Mapping[str, Any], args: Arguments) -> str:
-        return refusal(message, args, details)
+    def refused(self, refused: Refusal, args: Arguments) -> str:
+        return refusal(refused, args)
 
 
 class _Renamed(ClaudeCodeTool):

@@ -29,6 +29,7 @@ matches for replacement text…``), toolpool's detail after it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any, ClassVar
 from toolpool.declared import ANTHROPIC_TEXT_EDITOR
 from toolpool.errors import ToolError
 from toolpool.models import TextBlock
+from toolpool.refusals import Reason
 from toolpool.tool import Arguments, ToolContext, ToolOutput, ValidationResult
 from toolpool.tools.diff import unified_diff
 from toolpool.tools.edit import max_file_bytes, planned
@@ -112,26 +114,36 @@ def _in_editor_words() -> Iterator[None]:
     try:
         yield
     except ToolError as exc:
-        raise ToolError(_worded(exc.message), details=exc.details, code=exc.code) from None
+        raise ToolError(
+            _worded(exc.message, exc.reason), details=exc.details, code=exc.code, reason=exc.reason
+        ) from None
     except PermissionError:
-        raise ToolError(PERMISSION_DENIED) from None
+        raise ToolError(PERMISSION_DENIED, reason=Reason.PERMISSION_DENIED) from None
 
 
-def _worded(message: str) -> str:
+# A refusal's reason → the documentation's sentence, toolpool's message after it.
+_SENTENCES: dict[str, str] = {
+    Reason.NO_FILE: FILE_NOT_FOUND,
+    Reason.PERMISSION_DENIED: PERMISSION_DENIED,
+}
+
+
+def _worded(message: str, reason: str) -> str:
+    """A message of the file tools underneath in the editor's words: its own
+    (``Error: …``) as they are; the documentation's sentence for a reason it has one
+    for; ``Error:`` before the others."""
     message = message.replace("use write", "use command `create`")
     if message.startswith("Error:"):
         return message
-    if message.startswith(("Path does not exist: ", "File does not exist: ")):
-        return f"{FILE_NOT_FOUND}\n\n{message}"
-    if "Permission denied" in message:
-        return f"{PERMISSION_DENIED}\n\n{message}"
+    if reason in _SENTENCES:
+        return f"{_SENTENCES[reason]}\n\n{message}"
     return f"Error: {message}"
 
 
 def _verdict(verdict: ValidationResult) -> ValidationResult:
     if verdict.ok:
         return verdict
-    return ValidationResult.failed(_worded(verdict.message), verdict.code, verdict.details)
+    return dataclasses.replace(verdict, message=_worded(verdict.message, verdict.reason))
 
 
 class AnthropicTextEditor:
@@ -195,7 +207,7 @@ class AnthropicTextEditor:
         try:
             target = open_path(raw, ctx, Access.READ if command == "view" else Access.WRITE)
         except ToolError as exc:
-            return ValidationResult.failed(_worded(exc.message))
+            return ValidationResult.failed(_worded(exc.message, exc.reason), reason=exc.reason)
         with target:
             try:
                 mode: int | None = target.lstat().st_mode

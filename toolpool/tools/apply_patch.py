@@ -60,16 +60,9 @@ from typing import Any, ClassVar
 
 from toolpool.call_forms import has_read_tool
 from toolpool.errors import ToolError
-from toolpool.file_reads import (
-    CODE_NOT_READ,
-    CODE_STALE,
-    Freshness,
-    content_hash,
-    read_first,
-    unread_details,
-    unread_part,
-)
+from toolpool.file_reads import Freshness, content_hash
 from toolpool.preflight import cut_note
+from toolpool.refusals import Reason, read_first, unread_part, unread_reason
 from toolpool.tool import Arguments, Preview, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
@@ -86,8 +79,15 @@ from toolpool.tools.patch_grammar import (
 )
 from toolpool.tools.paths import Access, Resolved, argument_path, display, open_path
 from toolpool.tools.read import read_snapshot
-from toolpool.tools.stamps import Snapshot, ensure_unchanged_since_read, record
-from toolpool.tools.suggest import missing_file_message
+from toolpool.tools.stamps import (
+    CODE_NOT_READ,
+    CODE_STALE,
+    Snapshot,
+    ensure_unchanged_since_read,
+    record,
+    unread_details,
+)
+from toolpool.tools.suggest import missing_file
 from toolpool.tools.text import TextDocument, cut_line
 
 DESCRIPTION = """\
@@ -396,7 +396,8 @@ class _Plan:
         if not file.present:
             if file.existed:  # gone earlier in this patch
                 raise ToolError(f"{op} {file.shown}: an earlier operation of the patch removed it.")
-            raise ToolError(f"{op} {missing_file_message(file.target.path, self.ctx)}")
+            missing = missing_file(file.target.path, self.ctx)
+            raise ToolError(f"{op} {missing.message}", reason=missing.reason)
         if file.existed and not file.regular:
             raise ToolError(
                 f"{op} {file.shown}: it is not a regular file; apply_patch changes files."
@@ -426,7 +427,7 @@ class _Plan:
                 ensure_unchanged_since_read(self.ctx, file.target.path, file.original.data)
             except ToolError as exc:
                 raise ToolError(
-                    f"{op} {file.shown}: {exc.message}{why}", details=exc.details
+                    f"{op} {file.shown}: {exc.message}{why}", details=exc.details, reason=exc.reason
                 ) from None
         else:
             match self.ctx.files.freshness(file.target.path, file.target.seen_at()):
@@ -442,10 +443,13 @@ class _Plan:
                     raise ToolError(
                         f"{op} {file.shown}: {how}.{why}{fix}",
                         details={**unread, "validation_code": CODE_NOT_READ},
+                        reason=unread_reason(unread),
                     )
                 case Freshness.CHANGED:
-                    raise _refused(
-                        f"{op} {file.shown}: it changed since it was read.{why}", CODE_STALE
+                    raise ToolError(
+                        f"{op} {file.shown}: it changed since it was read.{why}",
+                        details={"validation_code": CODE_STALE},
+                        reason=Reason.CHANGED,
                     )
                 case Freshness.FRESH:
                     pass
@@ -462,10 +466,6 @@ def _encoded(file: _File, op: str, encode: Callable[[], bytes]) -> bytes:
         raise ToolError(
             f"{op} {file.shown}: the patch is not valid Unicode text (it holds a lone surrogate)."
         ) from None
-
-
-def _refused(message: str, code: int) -> ToolError:
-    return ToolError(message, details={"validation_code": code})
 
 
 # --- writing, all or none ----------------------------------------------------------------

@@ -10,13 +10,14 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode
+from toolpool.refusals import Reason
 from toolpool.sandbox.limits import Limits
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import replacement_diff
 from toolpool.tools.kinds import FileWritingTool
 from toolpool.tools.near_miss import not_found_message
-from toolpool.tools.paths import Access, Resolved, display, open_path
+from toolpool.tools.paths import Access, Resolved, display, open_path, os_reason
 from toolpool.tools.read import read_snapshot
 from toolpool.tools.stamps import (
     Snapshot,
@@ -24,7 +25,7 @@ from toolpool.tools.stamps import (
     ensure_unchanged_since_read,
     record,
 )
-from toolpool.tools.suggest import missing_file_message, similar_names
+from toolpool.tools.suggest import missing_file, similar_names
 from toolpool.tools.text import TextDocument, cut_line, line_of, split_lines
 
 _DEFAULT_LIMITS = Limits()
@@ -50,12 +51,16 @@ kept as they are.
 Prefer edit over write for changes to existing files, and over sed or echo in bash."""
 
 
-def argument_problem(args: Arguments) -> str | None:
-    """What is wrong with the arguments themselves, before looking at any file."""
+def argument_problem(args: Arguments) -> ToolError | None:
+    """What is wrong with the arguments themselves, before looking at any file: the
+    error to raise (or to refuse with, in ``validate``)."""
     if args["old_string"] == args["new_string"]:
-        return "old_string and new_string are the same: the edit would change nothing."
+        return ToolError(
+            "old_string and new_string are the same: the edit would change nothing.",
+            reason=Reason.NO_CHANGE,
+        )
     if args["old_string"] == "":
-        return "old_string is empty. To create a file or replace all of it, use write."
+        return ToolError("old_string is empty. To create a file or replace all of it, use write.")
     return None
 
 
@@ -120,8 +125,8 @@ def plan_edit(data: bytes, args: Arguments, shown: str, max_bytes: int) -> EditP
     when the edited file would be over ``max_bytes`` (refused before it is built:
     a few bytes of arguments can ask for gigabytes, SPEC L11)."""
     problem = argument_problem(args)
-    if problem:
-        raise ToolError(problem)
+    if problem is not None:
+        raise problem
     try:
         doc = TextDocument.decode(data)
     except UnicodeDecodeError:
@@ -132,13 +137,15 @@ def plan_edit(data: bytes, args: Arguments, shown: str, max_bytes: int) -> EditP
     old, new = doc.normalise(args["old_string"]), doc.normalise(args["new_string"])
     count = doc.text.count(old)
     if count == 0:
-        raise ToolError(not_found_message(doc.text, old, shown))
+        raise ToolError(not_found_message(doc.text, old, shown), reason=Reason.NOT_FOUND)
     replace_all = bool(args.get("replace_all", False))
     if count > 1 and not replace_all:
         raise ToolError(
             f"old_string occurs {count} times in {shown} (lines "
             f"{_match_lines(doc.text, old)}). Add surrounding lines to old_string to "
-            "pick one, or set replace_all to true to replace every one."
+            "pick one, or set replace_all to true to replace every one.",
+            details={"occurrences": count},
+            reason=Reason.AMBIGUOUS,
         )
     size = edited_size(data, doc, old, new, count if replace_all else 1)
     if size > max_bytes:
@@ -240,17 +247,26 @@ def max_file_bytes(ctx: ToolContext) -> int:
     return (ctx.limits or _DEFAULT_LIMITS).file_size_bytes
 
 
-def validate_target(raw: str, ctx: ToolContext, problem: str | None, tool: str) -> ValidationResult:
+def refused(error: ToolError) -> ValidationResult:
+    """A refusal in ``validate`` that says what ``error`` says, with its reason."""
+    return ValidationResult.failed(
+        error.message, 1, error.details, reason=error.reason, explanation=error.explanation
+    )
+
+
+def validate_target(
+    raw: str, ctx: ToolContext, problem: ToolError | None, tool: str
+) -> ValidationResult:
     """Cheap checks only (T4): the path, ``problem`` (what is wrong with the arguments
     themselves), a stat, the register (F3)."""
     try:
         target = open_path(raw, ctx, Access.WRITE)
     except ToolError as exc:
-        return ValidationResult.failed(exc.message)
+        return refused(exc)
     with target:
         path = target.path
-        if problem:
-            return ValidationResult.failed(problem)
+        if problem is not None:
+            return refused(problem)
         # The path is shown (display resolves the workspace) only when refused.
         try:
             mode = target.lstat().st_mode
@@ -259,7 +275,8 @@ def validate_target(raw: str, ctx: ToolContext, problem: str | None, tool: str) 
             hint = f" Did you mean {' or '.join(similar)}?" if similar else ""
             return ValidationResult.failed(
                 f"File does not exist: {display(path, ctx)}.{hint} {tool} changes "
-                "existing files; to create one, use write."
+                "existing files; to create one, use write.",
+                reason=Reason.NO_FILE,
             )
         except OSError as exc:
             return ValidationResult.failed(f"{display(path, ctx)}: {exc.strerror}.")
@@ -288,7 +305,9 @@ def write_planned(raw: str, ctx: ToolContext, plan: Planner[P], tool: str) -> tu
         try:
             written = write_atomic_at(target.dir_fd, target.name, done.data)
         except OSError as exc:
-            raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+            raise ToolError(
+                f"{shown} cannot be written: {exc.strerror or exc}.", reason=os_reason(exc)
+            ) from None
     record(ctx, path, Snapshot.written(done.data, written), partial=False)  # F5
     return done, shown
 
@@ -301,8 +320,6 @@ def _current(target: Resolved, shown: str, ctx: ToolContext, tool: str) -> Snaps
             raise ToolError(f"{shown} is not a regular file; {tool} changes files.")
         return read_snapshot(target, shown)
     except FileNotFoundError:
-        raise ToolError(
-            f"{missing_file_message(target.path, ctx)} To create a file, use write."
-        ) from None
+        raise missing_file(target.path, ctx, " To create a file, use write.") from None
     except OSError as exc:
         raise ToolError(f"{shown} cannot be read: {exc.strerror}.") from None

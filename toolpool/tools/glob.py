@@ -20,7 +20,7 @@ from toolpool.tools.paths import (
     stat_beneath,
 )
 from toolpool.tools.ripgrep import run_ripgrep
-from toolpool.tools.suggest import missing_file_message
+from toolpool.tools.suggest import missing_file
 
 DEFAULT_MAX_RESULTS = 100
 
@@ -111,7 +111,7 @@ def _open_directory(target: Resolved, ctx: ToolContext) -> int:
     try:
         fd = target.open(os.O_PATH | os.O_DIRECTORY)
     except FileNotFoundError:
-        raise ToolError(missing_file_message(target.path, ctx)) from None
+        raise missing_file(target.path, ctx) from None
     except NotADirectoryError:
         raise ToolError(f"{shown} is a file, not a directory to search in.") from None
     except OSError as exc:

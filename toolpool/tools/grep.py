@@ -22,7 +22,7 @@ from toolpool.tools.paths import (
     stat_beneath,
 )
 from toolpool.tools.ripgrep import RipgrepExit, run_ripgrep
-from toolpool.tools.suggest import missing_file_message
+from toolpool.tools.suggest import missing_file
 from toolpool.tools.text import cut_line
 
 # About 8,000 tokens: enough for a useful answer, small enough to leave room to think.
@@ -128,7 +128,7 @@ class GrepTool(ReadingTool):
             try:
                 searches_directory = stat.S_ISDIR(target.lstat().st_mode)
             except FileNotFoundError:
-                raise ToolError(missing_file_message(target.path, ctx)) from None
+                raise missing_file(target.path, ctx) from None
             except OSError as exc:
                 shown = display(target.path, ctx)
                 raise ToolError(f"{shown} cannot be accessed: {exc.strerror}.") from None

@@ -11,7 +11,7 @@ from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.kinds import ReadingTool
 from toolpool.tools.paths import Access, display, open_path
-from toolpool.tools.suggest import missing_file_message
+from toolpool.tools.suggest import missing_file
 from toolpool.tools.tree import list_tree
 
 DEFAULT_MAX_ENTRIES = 1000
@@ -70,7 +70,7 @@ class LsTool(ReadingTool):
             try:
                 mode = root.lstat().st_mode
             except FileNotFoundError:
-                raise ToolError(missing_file_message(root.path, ctx)) from None
+                raise missing_file(root.path, ctx) from None
             except OSError as exc:
                 raise ToolError(f"{shown} cannot be accessed: {exc.strerror}.") from None
             if not stat.S_ISDIR(mode):

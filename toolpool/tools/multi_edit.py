@@ -74,7 +74,12 @@ def plan_edits(
             step = plan_edit(data, edit, shown, max_bytes)
         except ToolError as exc:
             message = f"edits[{index}]: {exc.message}{_changed_by(steps, edit)}"
-            raise ToolError(message, details=exc.details, code=exc.code) from None
+            raise ToolError(
+                message,
+                details={**exc.details, "edit_index": index},
+                code=exc.code,
+                reason=exc.reason,
+            ) from None
         steps.append(step)
         data = step.data
     return MultiEditPlan(tuple(steps))
@@ -92,12 +97,16 @@ def _changed_by(steps: list[EditPlan], edit: dict[str, Any]) -> str:
     return ""
 
 
-def _edits_problem(args: Arguments) -> str | None:
+def _edits_problem(args: Arguments) -> ToolError | None:
     """What is wrong with the edits themselves, before looking at the file."""
     for index, edit in enumerate(args["edits"]):
         problem = argument_problem(edit)
-        if problem:
-            return f"edits[{index}]: {problem}"
+        if problem is not None:
+            return ToolError(
+                f"edits[{index}]: {problem.message}",
+                details={"edit_index": index},
+                reason=problem.reason,
+            )
     return None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any, ClassVar
 
+from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.diff import unified_diff
 from toolpool.tools.edit import planned, validate_target, write_planned
@@ -78,7 +79,8 @@ class NotebookEditTool(FileWritingTool):
         problem = arguments_problem(args)
         if problem is None and PurePath(args["path"]).suffix != ".ipynb":
             problem = "notebook_edit changes Jupyter notebooks (.ipynb); use edit for other files."
-        return validate_target(args["path"], ctx, problem, self.name)
+        refusal = None if problem is None else ToolError(problem)
+        return validate_target(args["path"], ctx, refusal, self.name)
 
     def preview(self, args: Arguments, ctx: ToolContext) -> str:
         """The unified diff of the changed cell's source (``path#cell``), not of the

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from toolpool.adapter import Adapter
+from toolpool.adapter import Adapter, Refusal
 from toolpool.declared import OPENAI, OPENAI_APPLY_PATCH
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
@@ -204,8 +204,8 @@ class OpenAIApplyPatch(Adapter):
         _refuse_problem(args)
         return super().execute(args, ctx)
 
-    def reworded(self, message: str, args: Arguments) -> str:
-        return _in_diff_lines(message)
+    def refused(self, refusal: Refusal, args: Arguments) -> str:
+        return _in_diff_lines(refusal.message)
 
     def result(self, output: Any, args: Arguments) -> str:
         operation = args["operation"]

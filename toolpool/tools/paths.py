@@ -54,6 +54,7 @@ from types import TracebackType
 
 from toolpool.call_forms import quote as quote  # re-exported: E4's rule, for tools
 from toolpool.errors import ToolError
+from toolpool.refusals import Reason
 from toolpool.sandbox.policy import active_policy
 from toolpool.tool import ToolContext
 from toolpool.tools.fdwalk import STEP_FLAGS
@@ -62,6 +63,11 @@ from toolpool.tools.fdwalk import stat_beneath as stat_beneath
 
 _MAX_SYMLINKS = 40
 _ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def os_reason(exc: OSError) -> str:
+    """The reason of a ToolError made of ``exc``: ``PERMISSION_DENIED`` or none."""
+    return Reason.PERMISSION_DENIED if isinstance(exc, PermissionError) else ""
 
 
 class Access(Enum):
@@ -416,7 +422,9 @@ def open_path(raw: str, ctx: ToolContext, access: Access) -> Resolved:
         raise ToolError(f"{spelled}: too many levels of symbolic links.") from None
     except OSError as exc:
         spelled = display_spelling(raw, ctx)
-        raise ToolError(f"{spelled} cannot be resolved: {exc.strerror or exc}.") from None
+        raise ToolError(
+            f"{spelled} cannot be resolved: {exc.strerror or exc}.", reason=os_reason(exc)
+        ) from None
     finally:
         walk.close()
     if active_policy().is_hidden(resolved.path, roots):

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from toolpool.call_forms import quote, read_call
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
+from toolpool.refusals import Reason
 from toolpool.tool import Arguments, ToolContext, ToolOutput, image_block
 from toolpool.tools import notebook
 from toolpool.tools.kinds import ReadingTool
@@ -21,7 +22,7 @@ from toolpool.tools.pdf import is_pdf, pdf_text
 from toolpool.tools.stamps import Snapshot, record
 from toolpool.tools.stamps import check_regular as check_regular  # re-exported
 from toolpool.tools.stamps import read_snapshot as read_snapshot
-from toolpool.tools.suggest import missing_file_message
+from toolpool.tools.suggest import missing_file
 from toolpool.tools.text import MAX_LINE_CHARS, cut_line, split_lines
 from toolpool.tools.tree import list_tree
 
@@ -120,9 +121,11 @@ class ReadTool(ReadingTool):
                     )
                 snapshot = read_snapshot(target, shown)
             except FileNotFoundError:
-                raise ToolError(missing_file_message(path, ctx)) from None
+                raise missing_file(path, ctx) from None
             except PermissionError:
-                raise ToolError(f"Permission denied: {shown} cannot be read.") from None
+                raise ToolError(
+                    f"Permission denied: {shown} cannot be read.", reason=Reason.PERMISSION_DENIED
+                ) from None
             except OSError as exc:
                 raise ToolError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
         return _file(path, argument, snapshot, args, ctx)

@@ -1,4 +1,4 @@
-"""The file tools' side of the file-read register (SPEC F2, F3, F5, F9).
+"""The file tools' side of the file-read register (SPEC F2, F3, F5, F9, F14).
 
 ``read`` records a stamp of what it read; ``edit`` and ``write`` check it in
 ``validate`` and again at execute time, against the bytes they are about to replace,
@@ -6,6 +6,11 @@ that those are the bytes the model read (the pipeline's ``validate`` ran earlier
 the file may have moved since); after writing they record a stamp of what they wrote.
 Every whole stamp recorded keeps a copy of its bytes (``read_copies``), so that a
 refusal of a file changed since shows what changed (``stale``, F9).
+
+F3's refusals are decided and worded here: their codes (2 never or only partly read,
+3 changed since), their reasons (``toolpool.refusals``: what a tool profile words its
+own refusal from) and toolpool's sentences — a code-2 refusal's from its details,
+in ``toolpool.refusals`` too, because a profile words it from them as well (F14).
 """
 
 from __future__ import annotations
@@ -13,25 +18,31 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from toolpool.call_forms import quote
 from toolpool.errors import ToolError
-from toolpool.file_reads import (
-    CODE_NOT_READ,
-    CODE_STALE,
-    READ_AGAIN,
-    FileReadStamp,
-    content_hash,
-    modified_since_read,
-    not_read_message,
-    unread_details,
-)
+from toolpool.file_reads import FileReadRegister, FileReadStamp, Freshness, content_hash
 from toolpool.read_coverage import Part
+from toolpool.refusals import Reason, not_read_message, unread_reason
 from toolpool.tool import ToolContext, ValidationResult
 from toolpool.tools import read_copies
 from toolpool.tools.paths import Resolved, argument_path, display
 from toolpool.tools.stale import WhatChanged, what_changed
+
+# F3's refusal codes (docs/spec.md): 2 never (or only partly) read, 3 changed since.
+CODE_NOT_READ = 2
+CODE_STALE = 3
+
+READ_AGAIN = "Read it again before writing to it."
+
+
+def modified_since_read(name: str) -> str:
+    """The first sentence of F3's code-3 refusal in ``validate``."""
+    return f"File {name} has been modified since it was read, either by the user or by a linter."
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +121,46 @@ def record(
     return held
 
 
+def register_verdict(
+    register: FileReadRegister,
+    path: str | os.PathLike[str],
+    *,
+    shown: Callable[[], str] | None = None,
+    at: str | os.PathLike[str] | None = None,
+    profile: str = "toolpool",
+) -> ValidationResult:
+    """F3 against ``register``: the check edit and write run in ``validate``.
+
+    A file that does not exist needs no read. Otherwise: never or partly read →
+    code 2, naming the read that lifts it (F14) in ``profile``'s spelling;
+    changed since → code 3; read and unchanged → passes. A refusal names the
+    file as ``shown()`` gives it, as a call's argument names it (the tools give
+    its workspace-relative form, SPEC E4; called only for a refusal; quoted in
+    the message when it must be), else as ``path``. ``at``: where the file is
+    looked at when not at ``path`` (in a session's overlay of its workspace, V14).
+    """
+    if not os.path.lexists(path if at is None else at):
+        return ValidationResult.passed()
+    freshness = register.freshness(path, at)
+    if freshness is Freshness.FRESH:
+        return ValidationResult.passed()
+    name = os.fspath(path) if shown is None else shown()
+    if freshness is Freshness.CHANGED:
+        message = f"{modified_since_read(quote(name))} {READ_AGAIN}"
+        return ValidationResult.failed(message, CODE_STALE, reason=Reason.CHANGED)
+    details = unread_details(name, register.get(path))
+    return ValidationResult.failed(
+        not_read_message(details, profile), CODE_NOT_READ, details, reason=unread_reason(details)
+    )
+
+
 def check_before_write(ctx: ToolContext, target: Resolved) -> ValidationResult:
     """F3 in ``validate``, for the file ``target`` holds; a refusal of a file changed
     since its read (code 3) shows what changed (F9), and when it shows the whole
     file, the register gets the stamp of exactly the bytes shown."""
     path = target.path
-    verdict = ctx.files.check_before_write(
+    verdict = register_verdict(
+        ctx.files,
         path,
         shown=lambda: argument_path(path, ctx),
         at=target.seen_at(),
@@ -132,7 +177,13 @@ def check_before_write(ctx: ToolContext, target: Resolved) -> ValidationResult:
     changed = what_changed(ctx.scratch_dir, path, stamp.content_hash, current.data, shown)
     if changed.whole:
         record(ctx, path, current, partial=False)
-    return ValidationResult.failed(_refusal(modified_since_read(shown), changed), CODE_STALE)
+    first = modified_since_read(shown)
+    return ValidationResult.failed(
+        _refusal(first, changed),
+        CODE_STALE,
+        reason=Reason.CHANGED_SHOWN if changed.whole else Reason.CHANGED,
+        explanation=changed.text,
+    )
 
 
 def ensure_unchanged_since_read(
@@ -157,6 +208,7 @@ def ensure_unchanged_since_read(
         raise ToolError(
             not_read_message(unread, ctx.tool_profile),
             details={**unread, "validation_code": CODE_NOT_READ},
+            reason=unread_reason(unread),
         )
     if content_hash(data) != stamp.content_hash:
         changed = what_changed(
@@ -173,7 +225,13 @@ def ensure_unchanged_since_read(
             f"File {shown} changed since it was read (by the user, a linter or another "
             "program); nothing was written."
         )
-        raise ToolError(_refusal(first, changed), details={"validation_code": CODE_STALE})
+        message = _refusal(first, changed)
+        raise ToolError(
+            message,
+            details={"validation_code": CODE_STALE},
+            reason=Reason.CHANGED_BEFORE_WRITE,
+            explanation=message.removeprefix(first),
+        )
 
 
 def _refusal(first: str, changed: WhatChanged) -> str:
@@ -184,3 +242,31 @@ def _refusal(first: str, changed: WhatChanged) -> str:
     # A diff or the content stand apart; a short note stays in the sentence's line.
     gap = "\n\n" if "\n" in changed.text else " "
     return f"{first}{changed.text}{gap}{READ_AGAIN}"
+
+
+# --- F3's code-2 refusal, and the read that lifts it (F14) -----------------------------
+
+
+def unread_details(path: str, stamp: FileReadStamp | None) -> dict[str, Any]:
+    """What a code-2 refusal of the file ``path`` (as a call's argument names it:
+    workspace-relative, unquoted) tells programs: ``partly_read`` (false: never
+    read), ``read_first``, the one read that lifts it (its arguments in toolpool's
+    names: ``path``, and for a file whose lines were counted the ``offset`` — left
+    out when it is 1 — and ``limit`` from the first line never shown to the last),
+    and then ``missing_lines`` (their intervals, 1-based, inclusive) and
+    ``total_lines``."""
+    if stamp is None:
+        return {"partly_read": False, "read_first": {"path": path}}
+    gaps = stamp.missing_lines()
+    if not gaps:  # its lines were never counted (a PDF's pages, a cut notebook)
+        return {"partly_read": True, "read_first": {"path": path}}
+    first, last = gaps[0][0], gaps[-1][1]
+    fix: dict[str, Any] = {"path": path, "offset": first, "limit": last - first + 1}
+    if first == 1:
+        del fix["offset"]
+    return {
+        "partly_read": True,
+        "read_first": fix,
+        "missing_lines": [list(gap) for gap in gaps],
+        "total_lines": stamp.lines,
+    }

@@ -12,6 +12,7 @@ from collections import deque
 from pathlib import Path
 
 from toolpool.errors import ToolError
+from toolpool.refusals import Reason
 from toolpool.tool import ToolContext
 from toolpool.tools.paths import Access, allowed_roots, display, open_beneath, open_path
 from toolpool.tools.tree import HiddenFilter, skipped_at
@@ -85,6 +86,12 @@ def same_name_elsewhere(path: Path, ctx: ToolContext) -> list[str]:
     finally:
         os.close(base)
     return found[:_MAX_SUGGESTIONS]
+
+
+def missing_file(path: Path, ctx: ToolContext, more: str = "") -> ToolError:
+    """The error of a path that does not exist (``missing_file_message`` and ``more``
+    after it), with its reason."""
+    return ToolError(f"{missing_file_message(path, ctx)}{more}", reason=Reason.NO_FILE)
 
 
 def missing_file_message(path: Path, ctx: ToolContext) -> str:

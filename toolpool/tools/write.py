@@ -11,7 +11,7 @@ from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import unified_diff
 from toolpool.tools.kinds import FileWritingTool
-from toolpool.tools.paths import Access, Resolved, display, open_path
+from toolpool.tools.paths import Access, Resolved, display, open_path, os_reason
 from toolpool.tools.read import read_snapshot
 from toolpool.tools.stamps import (
     Snapshot,
@@ -103,7 +103,9 @@ class WriteTool(FileWritingTool):
                 target.make_parents()  # mkdirat, through the fds
                 written = write_atomic_at(target.dir_fd, target.name, data)
             except OSError as exc:
-                raise ToolError(f"{shown} cannot be written: {exc.strerror or exc}.") from None
+                raise ToolError(
+                    f"{shown} cannot be written: {exc.strerror or exc}.", reason=os_reason(exc)
+                ) from None
         record(ctx, path, Snapshot.written(data, written), partial=False)  # F5
         count = len(split_lines(args["content"]))
         size = f"{count} {'line' if count == 1 else 'lines'}, {len(data):,} bytes"
