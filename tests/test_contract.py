@@ -385,6 +385,17 @@ class Options(BaseModel):
 
 
 @pytest.mark.spec("T5")
+def test_T5_an_option_tool_does_not_know_is_refused_not_ignored() -> None:
+    def word_count(path: str) -> int:
+        """Count words."""
+        return len(path)
+
+    with pytest.raises(TypeError, match="unknown options: readonly"):
+        tool(readonly=True)(word_count)
+    assert tool(read_only=True)(word_count).options == {"read_only": True}
+
+
+@pytest.mark.spec("T5")
 def test_T5_schema_and_description_come_from_hints_and_docstring() -> None:
     @tool
     def search(

@@ -23,7 +23,7 @@ from toolpool.client import RequestFailed
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode, ToolResult
 from toolpool.profiles import PROFILES, TOOLPOOL_NAMES, offers, owners
-from toolpool.profiles.claude_code import (
+from toolpool.profiles.claude_code_refusals import (
     MODIFIED,
     MODIFIED_READ_AGAIN,
     NOT_FOUND,

@@ -14,7 +14,7 @@ import pytest
 from toolpool import ErrorCode, FileReadRegister, FileReadStamp, ToolCall, ToolResult
 from toolpool.adapter import Refusal
 from toolpool.engine import Coordinator, Session
-from toolpool.profiles.claude_code import NOT_READ, refusal
+from toolpool.profiles.claude_code_refusals import NOT_READ, refusal
 from toolpool.read_coverage import Part
 from toolpool.refusals import not_read_message, unread_reason
 from toolpool.tools import TOOLS

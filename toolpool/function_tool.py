@@ -22,7 +22,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, overload
+from typing import Any, TypedDict, Unpack, overload
 
 import docstring_parser
 import pydantic
@@ -89,6 +89,22 @@ def _arguments_model(
     return model, context_params, description
 
 
+class ToolOptions(TypedDict, total=False):
+    """``@tool``'s options, every one optional (``tool`` says what each means; the
+    defaults are where ``FunctionTool`` reads them)."""
+
+    name: str | None
+    description: str | None
+    label: str | None
+    read_only: Flag
+    concurrency_safe: Flag | None
+    interrupt_behavior: Behavior
+    activity: Activity | None
+    validate: Callable[[Arguments, ToolContext], ValidationResult] | None
+    preview: Callable[[Arguments, ToolContext], Any] | None
+    permissions: Sequence[str]
+
+
 class FunctionTool:
     """A tool made from a function by ``@tool``; also callable as the function itself."""
 
@@ -96,36 +112,21 @@ class FunctionTool:
     validate: Callable[[Arguments, ToolContext], ValidationResult]
     preview: Callable[[Arguments, ToolContext], Any]
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        label: str | None = None,
-        read_only: Flag = False,
-        concurrency_safe: Flag | None = None,
-        interrupt_behavior: Behavior = InterruptBehavior.BLOCK,
-        activity: Activity | None = None,
-        validate: Callable[[Arguments, ToolContext], ValidationResult] | None = None,
-        preview: Callable[[Arguments, ToolContext], Any] | None = None,
-        permissions: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], **options: Unpack[ToolOptions]) -> None:
+        unknown = options.keys() - ToolOptions.__optional_keys__
+        if unknown:  # what a plain signature would refuse
+            raise TypeError(f"@tool got unknown options: {', '.join(sorted(unknown))}")
         self.fn = fn
         # As given: ``tool(fn, **options)`` makes this tool again (a client ships a
         # tool as its function and these, SPEC A5).
-        self.options: dict[str, Any] = {
-            "name": name,
-            "description": description,
-            "label": label,
-            "read_only": read_only,
-            "concurrency_safe": concurrency_safe,
-            "interrupt_behavior": interrupt_behavior,
-            "activity": activity,
-            "validate": validate,
-            "preview": preview,
-            "permissions": tuple(permissions),
-        }
+        self.options: dict[str, Any] = dict(options)
+        if "permissions" in options:
+            self.options["permissions"] = tuple(options["permissions"])
+        name, description = options.get("name"), options.get("description")
+        label, activity = options.get("label"), options.get("activity")
+        read_only = options.get("read_only", False)
+        interrupt_behavior = options.get("interrupt_behavior", InterruptBehavior.BLOCK)
+        validate, preview = options.get("validate"), options.get("preview")
         self.name: str = name or fn.__name__
         self.model, self._context_params, doc = _arguments_model(fn, self.name)
         self.description: str = description if description is not None else doc
@@ -136,7 +137,7 @@ class FunctionTool:
         self.schema: dict[str, Any] = _strip_titles(self.model.model_json_schema())
         self._label = label or self.name
         self._read_only = read_only
-        self._concurrency_safe = concurrency_safe
+        self._concurrency_safe = options.get("concurrency_safe")
         # A fixed behaviour is made an InterruptBehavior here, once (a bad one raises
         # at the definition, not at the first call).
         self._interrupt_behavior = (
@@ -150,7 +151,7 @@ class FunctionTool:
             self.validate = validate
         if preview is not None:
             self.preview = preview
-        self._permissions = tuple(permissions)
+        self._permissions = tuple(options.get("permissions", ()))
         # A function of no arguments has nothing for pydantic to check or convert.
         self._no_arguments = not self.model.model_fields
         self.__doc__ = fn.__doc__
@@ -253,23 +254,11 @@ def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 
 
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    label: str | None = None,
-    read_only: Flag = False,
-    concurrency_safe: Flag | None = None,
-    interrupt_behavior: Behavior = InterruptBehavior.BLOCK,
-    activity: Activity | None = None,
-    validate: Callable[[Arguments, ToolContext], ValidationResult] | None = None,
-    preview: Callable[[Arguments, ToolContext], Any] | None = None,
-    permissions: Sequence[str] = (),
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, /, **options: Any
+    fn: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function into a tool; use bare (``@tool``) or with options.
 
