@@ -23,7 +23,7 @@ from toolpool import ToolError
 from toolpool.file_reads import content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
-from toolpool.tools import apply_patch as apply_patch_module
+from toolpool.tools import patch_commit
 from toolpool.tools.apply_patch import apply_patch_tool
 from toolpool.tools.patch_grammar import PatchSyntaxError, parse_patch
 from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
@@ -378,7 +378,7 @@ def test_a_write_that_fails_midway_is_rolled_back(
         "*** Update File: b.txt", "@@", "-b", "+B",
     )  # fmt: skip
     # When the disk fills up at the third write (b.txt), after a.txt and x/y/new.txt
-    real = apply_patch_module.write_atomic_at
+    real = patch_commit.write_atomic_at
     calls: list[str] = []
 
     def failing(dir_fd: int, name: str, data: bytes) -> os.stat_result:
@@ -387,7 +387,7 @@ def test_a_write_that_fails_midway_is_rolled_back(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(dir_fd, name, data)
 
-    monkeypatch.setattr(apply_patch_module, "write_atomic_at", failing)
+    monkeypatch.setattr(patch_commit, "write_atomic_at", failing)
     with pytest.raises(ToolError) as caught:
         apply_patch_tool.execute({"input": text}, ctx)
     # Then the error says what failed and that it was undone
@@ -423,7 +423,7 @@ def test_a_delete_that_fails_puts_back_the_files_written_and_deleted(
         real(path, dir_fd=dir_fd)
 
     # When the second delete fails (after a.txt was written and d1.txt deleted)
-    monkeypatch.setattr(apply_patch_module.os, "unlink", failing)
+    monkeypatch.setattr(patch_commit.os, "unlink", failing)
     with pytest.raises(ToolError, match=r"^d2.txt cannot be written: Input/output error. Nothing"):
         apply_patch_tool.execute({"input": text}, ctx)
     monkeypatch.undo()
