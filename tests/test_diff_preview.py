@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from toolpool.preflight import cut_note
 from toolpool.sandbox.limits import Limits
-from toolpool.tools import diff, diff_windows
+from toolpool.tools import diff, diff_regions
 from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
 from toolpool.tools.edit import plan_edit
 from toolpool.tools.text import TextDocument
@@ -290,7 +290,7 @@ def _no_difflib(*args: object, **kwargs: object) -> None:
 @pytest.mark.spec("P7")
 def test_count_line_counts_whole_lines_only() -> None:
     text = "ab\nb\nb\nxb\nb"
-    assert diff_windows.count_line(text, "b\n", 10) == 2  # not "ab", "xb", nor the last
-    assert diff_windows.count_line(text, "b", 10) == 1  # the last line, without newline
-    assert diff_windows.count_line(text, "b\n", 1) == 1  # no further than the limit
-    assert diff_windows.count_line("\n\n\n", "\n", 10) == 3
+    assert diff_regions.count_line(text, "b\n", 10) == 2  # not "ab", "xb", nor the last
+    assert diff_regions.count_line(text, "b", 10) == 1  # the last line, without newline
+    assert diff_regions.count_line(text, "b\n", 1) == 1  # no further than the limit
+    assert diff_regions.count_line("\n\n\n", "\n", 10) == 3
