@@ -1,4 +1,5 @@
-"""Tools by name, with their capabilities resolved once (SPEC T1, T2, T5).
+"""Tools by name, with their capabilities resolved once (SPEC T1, T2); where they
+come from is ``tool_modules.py`` (T5).
 
 ``ToolSpec`` is how the rest of toolpool sees a tool: it checks the four required
 parts, compiles the argument schema, detects each optional capability with
@@ -7,15 +8,11 @@ parts, compiles the argument schema, detects each optional capability with
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import logging
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from toolpool.errors import ToolDefinitionError, ToolError
@@ -38,6 +35,10 @@ from toolpool.tool import (
     ValidationResult,
     Validator,
 )
+
+# Where tools come from (SPEC T5): named here too, for the modules that import them here.
+from toolpool.tool_modules import load_module as load_module
+from toolpool.tool_modules import tools_in_module as tools_in_module
 
 if TYPE_CHECKING:  # imported with the first checker: jsonschema comes with it
     from toolpool.arguments import ArgumentChecker
@@ -425,40 +426,3 @@ class ToolRegistry:
 
     def __repr__(self) -> str:
         return f"<ToolRegistry {len(self._specs)} tools: {', '.join(self._specs)}>"
-
-
-def load_module(ref: str) -> ModuleType:
-    """Import a module by dotted name, or from a ``.py`` file path."""
-    if ref.endswith(".py") or "/" in ref:
-        path = Path(ref).resolve()
-        if not path.is_file():
-            raise ToolDefinitionError(f"no tool module at {path}")
-        name = f"toolpool_user_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ToolDefinitionError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-    try:
-        return importlib.import_module(ref)
-    except ImportError as exc:
-        raise ToolDefinitionError(f"cannot import tool module {ref!r}: {exc}") from exc
-
-
-def tools_in_module(ref: str) -> list[Any]:
-    """T5: the tools a user module offers.
-
-    A module lists them in ``TOOLS``; without that list, every module-level object
-    that meets the contract (instances, not classes) is taken, in definition order.
-    """
-    module = load_module(ref)
-    listed = getattr(module, "TOOLS", None)
-    if listed is not None:
-        return list(listed)
-    return [
-        obj
-        for obj in vars(module).values()
-        if not inspect.isclass(obj) and not inspect.ismodule(obj) and isinstance(obj, Tool)
-    ]
