@@ -4,6 +4,7 @@ each call's life on its worker until its one ``done`` — its result, its cancel
 wall time and ``cancel_grace``, a withdrawal, its worker's death — all callbacks and
 timers, without a task or a future per call (the states: ``calls.py``).
 
+Stopping a call (cancel, wall time, grace, kill) is ``call_stops.py``'s part of it.
 ``Dispatch`` sends through the ``Supervisor`` and asks the pool that keeps the
 workers (a ``Keeper``: ``WorkerPool``) whether a worker must retire after a call,
 to retire it, and to start workers for calls that wait.
@@ -17,7 +18,8 @@ from collections import deque
 from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol
 
-from toolpool.pool.calls import answered, call_end, failed, killed, lost, overran, unstarted
+from toolpool.pool.call_stops import CallStops
+from toolpool.pool.calls import answered, call_end, failed, lost, overran, unstarted
 from toolpool.pool.holding import Rules, plan
 from toolpool.pool.planner import CallEnd
 from toolpool.pool.shells import ShellSupervisor
@@ -34,7 +36,6 @@ from toolpool.pool.workers import (
     WorkerState,
 )
 from toolpool.protocol import (
-    Cancel,
     Message,
     Preview,
     Progress,
@@ -65,7 +66,7 @@ class Keeper(Protocol):
         """Start workers, if the pool may, for the calls of this kind that wait."""
 
 
-class Dispatch:
+class Dispatch(CallStops):
     """The calls on the pool, waiting or given (see the module)."""
 
     def __init__(
@@ -240,55 +241,6 @@ class Dispatch:
                     at += 1
                 queue.insert(at, call)
                 self._flush_soon()
-
-    # -- stopping a call ------------------------------------------------------------------
-
-    def _send_cancel(self, call: Call, *, running: bool = True) -> None:
-        """Tell the worker to stop this call, whether it runs it or holds it: on its
-        control line, by ticket — never a signal that could reach the call after it."""
-        assert call.worker is not None
-        call.cancel_sent = call.cancel_sent or running
-        self.supervisor.send(call.worker, Cancel(call.ticket, running=running), control=True)
-
-    def _stop(self, call: Call) -> None:
-        """Cancelled, or past its wall time: a ``Cancel``, which the worker turns into
-        the cancel signal for this call (D4); it has ``cancel_grace`` seconds to
-        answer (its Result, or its end) before it is killed."""
-        assert self.loop is not None
-        call.state = _STOPPING
-        if call.timer is not None:
-            call.timer.cancel()
-        if not call.cancel_sent:
-            self._send_cancel(call)
-        call.timer = self.loop.call_later(self.config.cancel_grace, self._grace_over, call)
-
-    def _past_wall_time(self, call: Call) -> None:
-        call.timer = None
-        if call.state is _RUNNING:
-            call.past_wall_time = True
-            self._stop(call)
-
-    def _grace_over(self, call: Call) -> None:
-        call.timer = None
-        worker = call.worker
-        if call.state is not _STOPPING or worker is None:
-            return
-        call.state = _KILLING
-        why = "ran past its wall time" if call.past_wall_time else "did not stop when cancelled"
-        kill = self.supervisor.terminate([worker], f"it {why} and was killed")
-        self._background.add(kill)
-        kill.add_done_callback(lambda _: self._killed(call, worker, kill))
-
-    def _killed(self, call: Call, worker: Worker, kill: asyncio.Future[Any]) -> None:
-        self._background.discard(kill)
-        if not kill.cancelled() and kill.exception() is not None:
-            log.error("ending worker %s failed: %s", worker.id, kill.exception())
-        if call.state is not _KILLING:
-            return  # its Result came meanwhile
-        if call in worker.given:
-            worker.given.remove(call)
-        outcome = killed(worker)
-        self._ran(worker, call, overran(outcome, call.limits) if call.past_wall_time else outcome)
 
     # -- what workers say, and their ends ---------------------------------------------
 

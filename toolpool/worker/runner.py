@@ -28,13 +28,11 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from toolpool.background import BackgroundShells
 from toolpool.cancel import Cancelled, CancelSource, CancelToken
 from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
@@ -56,6 +54,7 @@ from toolpool.sandbox.command import sandbox_retries
 from toolpool.sandbox.limits import CallLimits, Limits, named
 from toolpool.sandbox.terminate import ProcessTree, terminate
 from toolpool.tool import ToolContext, ValidationResult
+from toolpool.worker.call_context import CallPlaces, tool_context
 from toolpool.worker.channel import Channel
 from toolpool.worker.memory import PeakMemory
 from toolpool.worker.output import LimitExceeded, PrintedOutput
@@ -112,7 +111,7 @@ class Runner:
         self.channel = channel
         self.limits = CallLimits(limit_address_space=limit_address_space)
         self._parsed: tuple[dict[str, Any], Limits] | None = None  # the last limits seen
-        self._places: tuple[CallContext, _Places] | None = None  # the last context's paths
+        self._places: tuple[CallContext, CallPlaces] | None = None  # the last context's paths
         self._running: _Running | None = None
         self._early_cancel: int | None = None  # a cancel signal raised before the tool ran
         self._call_limits = Limits()
@@ -163,10 +162,10 @@ class Runner:
             self._parsed = (raw, Limits.from_dict(raw))
         return self._parsed[1]
 
-    def _places_of(self, context: CallContext) -> _Places:
+    def _places_of(self, context: CallContext) -> CallPlaces:
         """The context's paths as ``Path``s; calls of a session carry the same ones."""
         if self._places is None or self._places[0] != context:
-            self._places = (context, _Places.of(context))
+            self._places = (context, CallPlaces.of(context))
         return self._places[1]
 
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
@@ -394,62 +393,5 @@ class Runner:
         return len(report.pids)
 
 
-@dataclass(frozen=True, slots=True)
-class _Places:
-    """A ``CallContext``'s paths as the ``ToolContext`` holds them (``Path``s are
-    immutable: calls of one session share them)."""
-
-    workspace: Path
-    extra_roots: tuple[Path, ...]
-    scratch_dir: Path | None
-    workspace_view: Path | None
-
-    @classmethod
-    def of(cls, context: CallContext) -> _Places:
-        scratch = None if context.scratch_dir is None else Path(context.scratch_dir)
-        view = Path(context.workspace_view) if context.workspace_view else None
-        roots = tuple(Path(p) for p in context.extra_roots)
-        return cls(Path(context.workspace), roots, scratch, view)
-
-
 async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
-
-
-def tool_context(
-    context: CallContext,
-    call: ToolCall,
-    files: RecordingRegister,
-    token: CancelToken,
-    progress: Callable[[Any], None],
-    limits: Limits,
-    places: _Places | None = None,
-    shells: BackgroundShells | None = None,
-) -> ToolContext:
-    """The ``ToolContext`` a call's tool sees in the worker, from the ``CallContext``
-    the pool sent (``PoolExecutor`` builds it from the engine's); ``places`` are its
-    paths when the caller has them already, ``shells`` the session's background
-    shells as the pool offers them."""
-    if places is None:
-        places = _Places.of(context)
-    return ToolContext(
-        call_id=call.id,
-        tool_name=call.name,
-        session_id=context.session_id,
-        workspace=places.workspace,
-        files=files,
-        extra_roots=places.extra_roots,
-        allow_network=context.allow_network,
-        persistent_shell=context.persistent_shell,
-        root=context.root,
-        layer_bytes=context.layer_bytes,
-        image=context.image,
-        workspace_overlay=context.workspace_overlay,
-        workspace_view=places.workspace_view,
-        scratch_dir=places.scratch_dir,
-        cancel_token=token,
-        progress=progress,
-        limits=limits,
-        shells=shells,
-        tool_profile=context.tool_profile,
-    )
