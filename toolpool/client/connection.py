@@ -18,7 +18,6 @@ it waited for had arrived before.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import os
 from collections import deque
@@ -26,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from toolpool import protocol as wire
-from toolpool.client.core import ApprovalRequested, TurnLog, call_payload, custom_calls_of, decision
+from toolpool.client.approvals import ApprovalHandler, ApprovalRouting
+from toolpool.client.core import TurnLog, call_payload, custom_calls_of
 from toolpool.client.errors import (
     ClientError,
     ClientProtocolError,
@@ -49,7 +49,6 @@ from toolpool.tracing import turn_tracer
 T = TypeVar("T")
 M = TypeVar("M")
 
-ApprovalHandler = Callable[[ApprovalRequested], Any]
 CLOSE_TIMEOUT = 2.0  # seconds a session's close waits for the daemon
 # The client acknowledges what it read once this much is unacknowledged (SPEC L5): a
 # 32nd of the smallest window, so a client that reads never lets the window fill, and
@@ -63,7 +62,7 @@ _APPROVAL_REQUEST, _PING = wire.ApprovalRequest, wire.Ping
 _NOTHING: tuple[Deferred, ...] = ()
 
 
-class Connection:
+class Connection(ApprovalRouting):
     """Requests → frames, frames → replies and events; all a client's state."""
 
     def __init__(self, endpoint: str, timeout: float) -> None:
@@ -394,43 +393,6 @@ class Connection:
             else:  # refused: no turn
                 del self._submits[request_id]
         self.replies[request_id] = message
-
-    def _approval(self, message: wire.ApprovalRequest) -> list[Deferred]:
-        item = ApprovalRequested(message, self._answer)
-        handler = self._handlers.get(message.session_id)
-        if handler is None:
-            self._file(item)  # the turn's reader answers it (or nobody, and it times out)
-            return []
-        value = handler(item)
-        if inspect.isawaitable(value):
-            return [Deferred(item, value)]
-        self.decide(item, value)
-        return []
-
-    def decide(self, item: ApprovalRequested, value: Any) -> None:
-        """An ``on_approval`` handler returned ``value`` (True, False or (allowed,
-        reason)): the answer is queued, and the request joins its turn's items."""
-        if self.failure is None:
-            allowed, reason = decision(value)
-            item._reply(allowed, reason)  # nothing new when the handler answered itself
-        self._file(item)
-
-    def refuse(self, deferred: Deferred, reason: str) -> None:
-        """A handler's awaitable that the driver cannot await: dropped, the call denied."""
-        close = getattr(deferred.decision, "close", None)
-        if callable(close):
-            close()  # a coroutine that will not run says nothing about it
-        self.decide(deferred.item, (False, reason))
-
-    def _answer(self, reply: wire.ApprovalReply) -> None:
-        if self.failure is not None:
-            raise self.failure
-        self._send(reply)
-
-    def _file(self, item: ApprovalRequested) -> None:
-        log = self._turns.get(item.request.turn_id)
-        if log is not None:
-            log.add(item)
 
 
 def expect(reply: wire.Message, kind: type[M]) -> M:
