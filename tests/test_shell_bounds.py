@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from toolpool.pool.shell_bounds import ShellCaps, at_exit, reached
+from toolpool.background import ShellState
+from toolpool.pool.shell_bounds import ShellCaps, at_exit, overrun, reached
 from toolpool.sandbox import confine_exec
 from toolpool.sandbox.limits import Limits
 
@@ -83,6 +84,23 @@ def test_L9_a_running_shell_past_its_cpu_or_with_a_refused_fork_has_reached_a_li
     assert cpu.reason == "it used up its CPU time limit (cpu_seconds = 2)"
     pids = reached(LIMITS, 0.5, 1)
     assert pids is not None and pids.reason == "it reached its process limit (processes = 32)"
+
+
+@pytest.mark.spec("L9")
+def test_L9_a_running_shell_times_out_at_its_deadline_and_is_killed_past_a_limit() -> None:
+    # Given a shell with 60 s of wall time, its deadline at 100 (monotonic).
+    def end(now: float, counters: tuple[float | None, int] | None) -> tuple[str, str] | None:
+        ended = overrun(LIMITS, now, 100.0, 60.0, counters)
+        return None if ended is None else (ended[0].value, ended[1].name)
+
+    # Then within its time and limits it runs on, with counters or without;
+    assert end(99.0, (1.0, 0)) is None and end(99.0, None) is None
+    # past its deadline it times out, whatever its counters;
+    assert end(100.0, None) == (ShellState.TIMED_OUT.value, "background_wall_seconds")
+    assert end(100.0, (9.0, 1)) == (ShellState.TIMED_OUT.value, "background_wall_seconds")
+    # and before it, past its CPU time or with a fork refused, it is killed.
+    assert end(50.0, (2.1, 0)) == (ShellState.KILLED.value, "cpu_seconds")
+    assert end(50.0, (0.5, 1)) == (ShellState.KILLED.value, "processes")
 
 
 @pytest.mark.spec("L9")

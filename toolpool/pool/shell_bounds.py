@@ -9,6 +9,7 @@ import signal
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from toolpool.background import ShellState
 from toolpool.sandbox.limits import Limits, named
 
 MAX_RUNNING_PER_SESSION = 16  # not a setting: a session that needs more is a runaway
@@ -87,6 +88,24 @@ def reached(limits: Limits, cpu_used: float | None, pids_refusals: int) -> Limit
     if pids_refusals > 0:
         return _of(limits, "processes")
     return None
+
+
+def overrun(
+    limits: Limits,
+    now: float,
+    deadline: float,
+    wall_seconds: float,
+    counters: tuple[float | None, int] | None,
+) -> tuple[ShellState, LimitEnd] | None:
+    """Whether a running shell must end now, and as what: past its ``deadline``
+    (monotonic) it timed out; past a limit its cgroup's ``counters`` (CPU seconds,
+    pids refusals; None: no counters to read) show, it is killed."""
+    if now >= deadline:
+        return ShellState.TIMED_OUT, wall_time(wall_seconds)
+    if counters is None:
+        return None
+    limit = reached(limits, *counters)
+    return None if limit is None else (ShellState.KILLED, limit)
 
 
 def at_exit(

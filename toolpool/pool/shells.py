@@ -7,7 +7,7 @@ worker, reads or ends it. It runs in the session's sandbox, where its foreground
 commands run (SPEC V5, ``shell_spawn.py``), or where there are none (the ``session``
 mechanism off) in a sandbox of its own, confined as a foreground command is there;
 either way with what a worker would have given it besides: its cgroup, the call's
-rlimits (``shell_process.py``, which also keeps the record of each shell).
+rlimits (``shell_process.py``; the record of each shell: ``shell_record.py``).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
 scratch directory as bytes, up to the call's ``spill_bytes`` and a truncation note
@@ -59,13 +59,11 @@ from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
 from toolpool.pool.shell_process import (
     READY_TIMEOUT,
     OwnSandbox,
-    Shell,
     ShellProcess,
-    clean_up,
-    discard,
     launch,
     shell_cgroup,
 )
+from toolpool.pool.shell_record import Shell, clean_up, discard
 from toolpool.pool.shell_spawn import start_in_sandbox
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
@@ -437,19 +435,14 @@ class ShellSupervisor:
             await asyncio.sleep(TICK)
             now = time.monotonic()
             for shell in self.running():
-                overrun = self._overrun(shell, now)
+                # Once its process exited, its clean-up reads (and closes) the counters.
+                acct = None if shell.process.exited else shell.accounting
+                counters = None if acct is None else (acct.cpu_seconds(), acct.pids_refusals())
+                overrun = shell_bounds.overrun(
+                    shell.limits, now, shell.deadline, self.wall_seconds, counters
+                )
                 if overrun is not None:
                     state, limit = overrun
                     task = asyncio.ensure_future(self._end(shell, state, limit.reason, limit=limit))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
-
-    def _overrun(self, shell: Shell, now: float) -> tuple[ShellState, LimitEnd] | None:
-        if now >= shell.deadline:
-            return ShellState.TIMED_OUT, shell_bounds.wall_time(self.wall_seconds)
-        # Once its process exited, its clean-up reads (and closes) the counters.
-        acct = shell.accounting
-        if acct is None or shell.process.exited:
-            return None
-        limit = shell_bounds.reached(shell.limits, acct.cpu_seconds(), acct.pids_refusals())
-        return None if limit is None else (ShellState.KILLED, limit)
