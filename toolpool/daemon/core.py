@@ -76,6 +76,7 @@ class DaemonCore:
         max_sessions_per_client: int = 64,
         max_sessions: int = 1024,
         audit: AuditLog | None = None,
+        network: str = "open",
     ) -> None:
         self.coordinator = coordinator
         self.pool = pool
@@ -96,6 +97,7 @@ class DaemonCore:
             max_sessions_per_client=max_sessions_per_client,
             max_sessions=max_sessions,
             auditor=self.auditor,
+            network=network,
         )
         self.started_at = time.time()
         if pool is not None:  # its background shells are capped per client too (L9)

@@ -162,6 +162,7 @@ async def _serve(
             image_dirs=tuple(Path(p) for p in config.image_dirs),
             image_cache=config.image_cache or default_cache_root(),
             image_cache_bytes=config.image_cache_bytes,
+            network_resolve=config.network_resolve,
         )
     )
     try:
@@ -207,6 +208,7 @@ async def _serve(
         max_sessions=config.max_sessions,
         spill_dir=spill,
         audit=audit,
+        network=config.network,
     )
     authenticator = None
     try:

@@ -57,6 +57,7 @@ class Server:
         max_sessions: int = 1024,
         spill_dir: Path | None = None,
         audit: AuditLog | None = None,
+        network: str = "open",
     ) -> None:
         self.ping_interval = ping_interval
         self.client_stall_seconds = client_stall_seconds
@@ -75,6 +76,7 @@ class Server:
             max_sessions_per_client=max_sessions_per_client,
             max_sessions=max_sessions,
             audit=audit,
+            network=network,
         )
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._raw: list[zmq.Socket[bytes]] = []  # bound, not yet driven by the loop

@@ -21,6 +21,7 @@ from toolpool.daemon.approvals import Approvals
 from toolpool.daemon.audit import Auditor
 from toolpool.daemon.branching import Branching
 from toolpool.daemon.clients import Clients
+from toolpool.daemon.network import SessionNetworks
 from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEntry
 from toolpool.engine.approvals import make_gate
 from toolpool.engine.coordinator import Coordinator
@@ -68,6 +69,7 @@ class Sessions:
         max_sessions_per_client: int,
         max_sessions: int,
         auditor: Auditor | None,
+        network: str = "open",
     ) -> None:
         self.coordinator = coordinator
         self.pool = pool
@@ -81,6 +83,7 @@ class Sessions:
         self.draining = False
         self.closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
         self.branching = Branching(self, coordinator, pool, clients, auditor)
+        self.networks = SessionNetworks(self.table, pool, self.approvals, auditor, network)
 
     def owner(self, session_id: str) -> Address | None:
         """The client whose session ``session_id`` is (None: no such session)."""
@@ -116,6 +119,7 @@ class Sessions:
         except SessionOptionError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         self._admit_environment(options)
+        self.networks.admit(options, message.options)
         entry = self.add(client, message.workspace, options)
         self.clients.send(client.address, SessionOpened(message.request_id, entry.session.id))
 
@@ -151,6 +155,7 @@ class Sessions:
             gate = _audited(gate, entry, self.auditor)
         entry.gate = gate
         self.table[session.id] = entry
+        self.networks.opened(entry)
         client.sessions.add(session.id)
         if forked_from is None:
             self.branching.opened(entry)

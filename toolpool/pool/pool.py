@@ -40,6 +40,7 @@ from toolpool.pool.branch_changes import WorkspaceChanges
 from toolpool.pool.branches import Branches
 from toolpool.pool.calls import failed, unstarted
 from toolpool.pool.dispatch import Dispatch
+from toolpool.pool.egress import SessionEgress
 from toolpool.pool.planner import (
     Action,
     CallEnd,
@@ -145,6 +146,11 @@ class WorkerPool:
     @property
     def processes(self) -> WorkerProcesses:
         return self.supervisor.processes
+
+    @property
+    def egress(self) -> SessionEgress:
+        """The policy sessions' network namespaces and their proxy (SPEC N3)."""
+        return self.shells.sandboxes.egress
 
     @property
     def profile(self) -> SandboxProfile:

@@ -11,7 +11,7 @@ import asyncio
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -65,6 +65,8 @@ class PoolConfig:
     # At max_workers, the most calls given to a worker in one frame, and the most held
     # behind the one it runs (SPEC H4); 1: one call a frame, one held.
     worker_calls_per_frame: int = 8
+    # network_resolve (SPEC N10): names the egress proxy sends where the operator says.
+    network_resolve: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
     # Calls given to a worker together travel as one ZeroMQ message of several parts,
     # one encoded Execute each (docs/protocol.md); off: one message per call, for
     # workers that read one call per message.

@@ -252,6 +252,12 @@ def _start(
             "gives (here the command would write the host's directory).",
             code="sandbox_failed",
         )
+    if sandbox is None and (ctx.egress or (ctx.network_policy and not limits.network)):
+        raise ToolError(
+            "This session's network is a policy, which only a session sandbox of the "
+            "daemon's pool carries out (its own network namespace and proxy).",
+            code="sandbox_failed",
+        )
     shell = state.command_shell(IN_SESSION_FDS if sandbox is not None else None)
     try:
         if sandbox is None:

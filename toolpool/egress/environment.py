@@ -1,0 +1,60 @@
+"""What a command (or a Python tool) of a policy session is told of its proxy (SPEC
+N3, N11): the proxy variables pip, npm, git, curl and Python's urllib read, pointing
+at the session's proxy on its network namespace's loopback, with the call's token as
+the proxy credentials.
+
+The token names the call that opened a connection (the approval and the audit record
+say which), and cannot be made up for another call: its password is an HMAC of the
+call id under the session's key, which the proxy holds and no command sees. A client
+that sends no credentials (git sends them only when asked) is served all the same;
+its connections are the session's, of no known call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from urllib.parse import quote
+
+PROXY_ADDRESS = "127.0.0.1"  # on the session's own network namespace's loopback
+HTTP_PORT = 3128
+SOCKS_PORT = 1080
+MAX_CALL_ID = 128  # longer call ids travel without a token
+_MAC_CHARS = 24
+
+
+def call_mac(key: bytes, call_id: str) -> str:
+    return hmac.new(key, call_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[
+        :_MAC_CHARS
+    ]
+
+
+def call_of(key: bytes, user: str, password: str) -> str:
+    """The call a client's credentials name, or "" when they name none (or were
+    made up)."""
+    if not user or len(user) > MAX_CALL_ID or len(password) != _MAC_CHARS:
+        return ""
+    return user if hmac.compare_digest(call_mac(key, user), password) else ""
+
+
+def proxy_environment(key_hex: str, call_id: str) -> dict[str, str]:
+    """The variables for a command of ``call_id`` in a session whose key is
+    ``key_hex``: the HTTP proxy for http and https, SOCKS5 (names resolved by the
+    proxy) for the rest, and no proxy for the namespace's own loopback."""
+    credentials = ""
+    if 0 < len(call_id) <= MAX_CALL_ID:
+        mac = call_mac(bytes.fromhex(key_hex), call_id)
+        credentials = f"{quote(call_id, safe='')}:{mac}@"
+    http = f"http://{credentials}{PROXY_ADDRESS}:{HTTP_PORT}"
+    socks = f"socks5h://{credentials}{PROXY_ADDRESS}:{SOCKS_PORT}"
+    env: dict[str, str] = {}
+    for name, value in (
+        ("http_proxy", http),
+        ("https_proxy", http),
+        ("all_proxy", socks),
+        ("no_proxy", "localhost,127.0.0.1,::1"),
+    ):
+        env[name] = env[name.upper()] = value
+    # npm reads its own configuration first; these name the same proxy for it.
+    env["npm_config_proxy"] = env["npm_config_https_proxy"] = http
+    return env
