@@ -57,4 +57,6 @@ def proxy_environment(key_hex: str, call_id: str) -> dict[str, str]:
         env[name] = env[name.upper()] = value
     # npm reads its own configuration first; these name the same proxy for it.
     env["npm_config_proxy"] = env["npm_config_https_proxy"] = http
+    # git (libcurl) sends proxy credentials only when challenged, unless told Basic.
+    env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
     return env

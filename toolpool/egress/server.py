@@ -292,6 +292,8 @@ class EgressProxy:
                 writer.write(socks_reply(0))
             else:
                 upstream_w.write(target.forward)
+                session.counters.bytes_up += len(target.forward)
+                record["bytes_up"] += len(target.forward)
             await _relay(reader, writer, upstream_r, upstream_w, session.counters, record)
         finally:
             upstream_w.transport.abort()

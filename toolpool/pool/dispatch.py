@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from toolpool.pool.bound import BoundWorkers
 from toolpool.pool.calls import answered, call_end, failed, killed, lost, overran, unstarted
 from toolpool.pool.holding import Rules, plan
 from toolpool.pool.planner import CallEnd
@@ -76,6 +77,15 @@ class Dispatch:
         self.keeper = keeper
         # Calls waiting for a worker, by kind (offline or not), first come first served.
         self.queues: dict[bool, deque[Call]] = {False: deque(), True: deque()}
+        # Policy sessions' calls wait for workers of their own (bound.py, N11).
+        self.bound = BoundWorkers(
+            supervisor,
+            shells.sandboxes.egress,
+            self._give,
+            self.end,
+            self.shut_down_when_free,
+            config.max_workers,
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.open = False
         self.broken: str | None = None  # why no call can run any more
@@ -91,6 +101,9 @@ class Dispatch:
         """A new call waits for a worker: it is given one at the end of this turn of
         the event loop, with the others that came in it."""
         call.untrack = call.token.on_cancel(call.cancelled)
+        if call.bound:
+            self.bound.add(call)
+            return
         self.queues[call.offline].append(call)
         self._flush_soon()
 
@@ -117,7 +130,10 @@ class Dispatch:
         running, the worker is told, and killed after ``cancel_grace``."""
         state = call.state
         if state is _QUEUED:
-            self.queues[call.offline].remove(call)
+            if call.bound:
+                self.bound.remove(call)
+            else:
+                self.queues[call.offline].remove(call)
             self.end(call, unstarted())
         elif state is _HELD:
             if not call.cancel_sent:
@@ -211,6 +227,9 @@ class Dispatch:
                 self.end(call, unstarted())
             elif not self.open or self.broken is not None:
                 self.end(call, failed(self.broken or "the pool is closed"))
+            elif call.bound:
+                call.state = _QUEUED
+                self.bound.add(call)
             else:
                 call.state = _QUEUED
                 queue = self.queues[call.offline]
@@ -395,6 +414,9 @@ class Dispatch:
         turn of the loop — or, with none waiting, calls held elsewhere."""
         if worker.state is _DEAD or worker.state is _RETIRING:
             return
+        if worker.bound:
+            self.bound.release(worker)
+            return
         worker.state = _IDLE
         if self.queues[False] or self.queues[True] or self._holding(worker.offline):
             self._flush_soon()
@@ -445,3 +467,4 @@ class Dispatch:
         for queue in self.queues.values():
             while queue:
                 self.end(queue.popleft(), failed(why))
+        self.bound.fail_all(why)

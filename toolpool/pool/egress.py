@@ -107,6 +107,7 @@ class SessionEgress:
         self._refused: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.on_ask: Ask | None = None
         self.on_record: Callable[[dict[str, Any]], None] | None = None
+        self.ending: list[Callable[[str], None]] = []  # told as a policy session ends
         self.started = 0  # proxy processes started (status)
 
     # -- sessions ----------------------------------------------------------------------------
@@ -181,6 +182,8 @@ class SessionEgress:
             del self._refused[key]
         if session is None:
             return
+        for told in self.ending:
+            told(session_id)
         if self._alive():
             with contextlib.suppress(OSError, control.ControlError):
                 self._send({"op": "close", "session": session_id})

@@ -69,7 +69,7 @@ def plan(
         state = worker.state
         if state is not WorkerState.RETIRING and state is not WorkerState.DEAD:
             live += 1
-        if worker.offline == offline:
+        if worker.offline == offline and not worker.bound:
             if state is WorkerState.IDLE:
                 idle.append(worker)
             elif state is WorkerState.BUSY:

@@ -219,6 +219,8 @@ class WorkerPool:
         ``ticket`` and ``context``)."""
         dispatch = self.dispatch
         offline = self.supervisor.offline_default and not network
+        # A policy session's calls run on its own workers, in its namespace (N11).
+        bound = context.session_id if context.egress else ""
         call = Call(
             dispatch,
             call_id,
@@ -233,6 +235,7 @@ class WorkerPool:
             on_preview=on_preview,
             done=done,
             retries=HOLD_RETRIES,
+            bound=bound,
         )
         if not dispatch.open or dispatch.broken is not None:
             dispatch.end(call, failed(dispatch.broken or "the pool is not running"))
@@ -287,11 +290,16 @@ class WorkerPool:
         self.dispatch.release(worker)
 
     def worker_start_failed(self, worker: Worker, why: str, failures: int) -> None:
+        if worker.bound:
+            self.dispatch.bound.start_failed(worker, why)
+            return
         self._perform(self.planner.start_failed(self._state(), worker.offline, failures, why))
 
     def worker_exited(self, worker: Worker, replace: bool) -> None:
         self.dispatch.worker_exited(worker)
-        if replace:
+        if worker.bound:  # not the planner's: its session's calls start another
+            self.dispatch.bound.exited(worker)
+        elif replace:
             plan = self.planner.replenish(self._state(), worker.offline)
             self._perform(plan, exited_at=time.monotonic())
 
@@ -311,6 +319,12 @@ class WorkerPool:
         return self.planner.retire_reason(worker, end)
 
     def retire(self, worker: Worker, reason: str) -> None:
+        if worker.bound:  # not the planner's: its session's next call starts another
+            log.debug("retiring %s: %s", worker.id, reason)
+            worker.state = WorkerState.RETIRING
+            self.dispatch.shut_down_when_free(worker)
+            self.dispatch.bound.exited(worker)
+            return
         self._perform(self.planner.retire(self._state(), worker.id, reason))
 
     def grow(self, offline: bool) -> None:
@@ -319,7 +333,11 @@ class WorkerPool:
     def _state(self) -> PoolState:
         """The snapshot the planner decides on."""
         return PoolState(
-            tuple(w for w in self._workers.values() if w.state is not WorkerState.DEAD),
+            tuple(
+                w
+                for w in self._workers.values()
+                if w.state is not WorkerState.DEAD and not w.bound  # bound.py's
+            ),
             waiting_online=self.dispatch.waiting(False),
             waiting_offline=self.dispatch.waiting(True),
             open=self.dispatch.open,

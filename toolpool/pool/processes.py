@@ -212,9 +212,11 @@ class WorkerProcesses:
 
     # -- one worker ---------------------------------------------------------------------
 
-    def new_worker(self, worker_id: str, offline: bool) -> Worker:
-        """A worker's record; ``prepare`` makes its cgroup."""
-        return Worker(worker_id, offline, None, asyncio.get_running_loop().create_future())
+    def new_worker(self, worker_id: str, offline: bool, bound: str = "", netns: str = "") -> Worker:
+        """A worker's record; ``prepare`` makes its cgroup. ``bound``: the policy
+        session it serves alone, forked into its network namespace ``netns`` (N11)."""
+        loop = asyncio.get_running_loop()
+        return Worker(worker_id, offline, None, loop.create_future(), bound=bound, netns=netns)
 
     async def prepare(self, worker: Worker) -> WorkerConfig:
         """Make the worker's cgroup, with the pool's limits, and the configuration it
@@ -237,6 +239,7 @@ class WorkerProcesses:
             policy=self.policy.to_dict(),
             cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
             offline=worker.offline,
+            netns=worker.netns,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
         )
 

@@ -149,11 +149,18 @@ class Supervisor:
     # -- what the pool asks ------------------------------------------------------------
 
     def spawn(
-        self, offline: bool, *, replacement: bool = False, exited_at: float | None = None
+        self,
+        offline: bool,
+        *,
+        replacement: bool = False,
+        exited_at: float | None = None,
+        bound: str = "",
+        netns: str = "",
     ) -> Worker:
         """Start a worker; ``replacement``: in place of one that ended (at
-        ``exited_at``, when known) or retired."""
-        worker = self.processes.new_worker(f"w{next(self._ids)}", offline)
+        ``exited_at``, when known) or retired; ``bound``: one policy session's, in its
+        network namespace ``netns`` (bound.py)."""
+        worker = self.processes.new_worker(f"w{next(self._ids)}", offline, bound, netns)
         self.workers[worker.id] = worker
         self._lines[worker.id.encode()] = worker
         self._lines[(worker.id + CONTROL_SUFFIX).encode()] = worker

@@ -126,6 +126,10 @@ class Worker:
     lines_ready: int = 0  # Ready heard on its call line and its control line
     kill_reason: str | None = None
     oom_baseline: int = 0
+    # A worker forked into one policy session's network namespace (its ``netns``
+    # path), which serves that session's calls alone (bound.py, SPEC N11).
+    bound: str = ""
+    netns: str = ""
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
@@ -208,6 +212,7 @@ class Call:
     __slots__ = (
         "abandoned",
         "behind",
+        "bound",
         "call_id",
         "cancel_sent",
         "cgroup",
@@ -248,8 +253,11 @@ class Call:
         on_preview: PreviewSink | None,
         done: Done,
         retries: int,
+        bound: str = "",
     ) -> None:
         self.host = host
+        # A policy session's id: the call runs on a worker of its own (bound.py, N11).
+        self.bound = bound
         self.call_id = call_id
         self.ticket = ticket
         self.frame = frame

@@ -41,6 +41,7 @@ class WorkerConfig:
     policy: dict[str, Any] = field(default_factory=dict)
     cgroup_procs: tuple[str, ...] = ()
     offline: bool = False  # unshare the network namespace
+    netns: str = ""  # or enter this one: a policy session's (SPEC N11)
     limit_address_space: bool = True  # no memory cgroup: RLIMIT_AS bounds each call
     # How long a finished call's result may wait for the next one's, while a call waits.
     result_hold: float = RESULT_HOLD
@@ -60,6 +61,16 @@ def _unshare_network() -> None:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
 
 
+def _enter_network(path: str) -> None:
+    """Into a policy session's namespace, where only its proxy listens (N11)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({path}, CLONE_NEWNET)")
+    finally:
+        os.close(fd)
+
+
 def confine(config: WorkerConfig) -> SandboxProfile:
     """Apply the worker's own confinement, strongest first; return the profile."""
     profile = SandboxProfile.from_dict(config.profile)
@@ -67,7 +78,9 @@ def confine(config: WorkerConfig) -> SandboxProfile:
     set_active_policy(Policy.from_dict(config.policy) if config.policy else Policy.default())
     for procs in config.cgroup_procs:
         Path(procs).write_text(str(os.getpid()))
-    if config.offline:
+    if config.netns:
+        _enter_network(config.netns)
+    elif config.offline:
         _unshare_network()
     apply_process_limits(Limits.from_dict(config.limits))
     if profile.active("seccomp"):

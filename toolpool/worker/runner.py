@@ -36,6 +36,7 @@ import msgpack
 
 from toolpool.background import BackgroundShells
 from toolpool.cancel import Cancelled, CancelSource, CancelToken
+from toolpool.egress.environment import proxy_environment
 from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import result_from_exception, result_from_output
@@ -225,6 +226,8 @@ class Runner:
         files = RecordingRegister(message.stamps)
         token = CancelToken()
         context = message.context
+        if context.egress:  # a policy session's worker: its tools use its proxy (N11)
+            os.environ.update(proxy_environment(context.egress, call.id))
         self._shells.begin(call.id, (context.session_id, context.allow_network))
         ctx = tool_context(
             message.context,
