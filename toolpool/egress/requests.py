@@ -44,6 +44,7 @@ class Target:
     password: str = ""
     forward: bytes = b""  # a forwarded HTTP request's head, rewritten for the origin
     kind: str = "connect"  # "connect" (HTTP tunnel), "http" (forwarded), "socks"
+    body: int = 0  # a forwarded request's body: the bytes that follow it upstream
 
 
 # --- HTTP -------------------------------------------------------------------------------
@@ -70,12 +71,12 @@ def parse_http(head: bytes) -> Target:
     if len(words) != 3 or not words[2].startswith(b"HTTP/1."):
         raise Refused("not an HTTP/1 request line")
     method, target, version = words
-    headers: list[tuple[bytes, bytes]] = []
+    headers: list[tuple[bytes, bytes, bytes]] = []  # lower-case name, name, value
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not colon or not name or name != name.strip() or b" " in name:
             raise Refused("a malformed header line")
-        headers.append((name.lower(), value.strip()))
+        headers.append((name.lower(), name, value.strip()))
     user, password = _credentials(headers)
     if method == b"CONNECT":
         host, port = split_authority(target.decode("latin-1"), None)
@@ -96,9 +97,23 @@ def parse_http(head: bytes) -> Target:
     authority = parts.netloc.rpartition("@")[2]
     out = [method + b" " + path.encode("latin-1") + b" " + version]
     out.append(b"Host: " + authority.encode("latin-1"))
-    out += [name + b": " + value for name, value in headers if name not in _HOP_BY_HOP]
+    out += [name + b": " + value for key, name, value in headers if key not in _HOP_BY_HOP]
     out.append(b"Connection: close")
-    return Target(host, port, user, password, b"\r\n".join(out) + b"\r\n\r\n", "http")
+    # Only the request's own body follows it upstream: a request pipelined after it
+    # (which may name another host) never reaches this host's server.
+    body = 0
+    for key, _, value in headers:
+        if key == b"transfer-encoding":
+            raise Refused(
+                "a request body of unknown length over plain http (use https, or a Content-Length)",
+                status=411,
+            )
+        if key == b"content-length":
+            if not value.isdigit():
+                raise Refused("a bad Content-Length")
+            body = int(value)
+    head = b"\r\n".join(out) + b"\r\n\r\n"
+    return Target(host, port, user, password, head, "http", body)
 
 
 def split_authority(text: str, default_port: int | None) -> tuple[str, int]:
@@ -127,8 +142,8 @@ def split_authority(text: str, default_port: int | None) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _credentials(headers: list[tuple[bytes, bytes]]) -> tuple[str, str]:
-    for name, value in headers:
+def _credentials(headers: list[tuple[bytes, bytes, bytes]]) -> tuple[str, str]:
+    for name, _, value in headers:
         if name == b"proxy-authorization":
             scheme, _, encoded = value.partition(b" ")
             if scheme.lower() != b"basic":

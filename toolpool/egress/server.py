@@ -235,6 +235,11 @@ class EgressProxy:
             await self._serve(session, kind, reader, writer)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # Its session closed (close_session cancels it): this task is the
+            # connection's alone, and ends here; the server's callback then finds an
+            # ended task, not a cancelled one (which it would log as an error).
+            pass
         finally:
             counters.active -= 1
             self._active -= 1
@@ -294,7 +299,8 @@ class EgressProxy:
                 upstream_w.write(target.forward)
                 session.counters.bytes_up += len(target.forward)
                 record["bytes_up"] += len(target.forward)
-            await _relay(reader, writer, upstream_r, upstream_w, session.counters, record)
+            up_to = target.body if target.kind == "http" else None
+            await _relay(reader, writer, upstream_r, upstream_w, session.counters, record, up_to)
         finally:
             upstream_w.transport.abort()
             record["duration_ms"] = round((time.monotonic() - began) * 1000, 3)
@@ -415,8 +421,7 @@ class EgressProxy:
         session.counters.denied += 1
         self._uplink.send(self._record_of(session, call, target, answer, began))
         why = answer.by if not answer.reason else f"{answer.by}: {answer.reason}"
-        where = f"{target.host[:200]}:{target.port}"
-        line = f"toolpool refused {where} ({why})"
+        line = f"toolpool refused {_where(target)} ({why})"
         if target.kind == "socks":
             writer.write(socks_reply(SOCKS_NOT_ALLOWED))
         else:
@@ -435,7 +440,7 @@ class EgressProxy:
         record = self._record_of(session, call, target, answer, began)
         record["error"] = why[:500]
         self._uplink.send(record)
-        line = f"toolpool could not reach {target.host[:200]}:{target.port}: {why}"
+        line = f"toolpool could not reach {_where(target)}: {why}"
         if target.kind == "socks":
             writer.write(socks_reply(SOCKS_REFUSED if "connect" in why else SOCKS_HOST_UNREACHABLE))
         else:
@@ -449,8 +454,20 @@ async def _relay(
     upstream_w: asyncio.StreamWriter,
     counters: Counters,
     record: dict[str, Any],
+    up_to: int | None = None,
 ) -> None:
-    """Bytes both ways until both directions ended, counted as they pass."""
+    """Bytes both ways until both directions ended, counted as they pass; ``up_to``:
+    no more than that many up (a forwarded request's body), and the client is not
+    read past them."""
+
+    async def body() -> None:
+        left = up_to or 0
+        while left > 0 and (data := await client_r.read(min(left, RELAY_CHUNK))):
+            upstream_w.write(data)
+            left -= len(data)
+            counters.bytes_up += len(data)
+            record["bytes_up"] += len(data)
+            await upstream_w.drain()
 
     async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
         try:
@@ -468,7 +485,13 @@ async def _relay(
         except (ConnectionError, OSError):
             sink.transport.abort()
 
-    await asyncio.gather(pipe(client_r, upstream_w, True), pipe(upstream_r, client_w, False))
+    up = body() if up_to is not None else pipe(client_r, upstream_w, True)
+    await asyncio.gather(up, pipe(upstream_r, client_w, False))
+
+
+def _where(target: Target) -> str:
+    host = target.host[:200]
+    return f"[{host}]:{target.port}" if ":" in host else f"{host}:{target.port}"
 
 
 async def _flushed(writer: asyncio.StreamWriter) -> None:
