@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from toolpool.egress.environment import call_mac
+from toolpool.egress.environment import call_mac, token_user
 from toolpool.egress.requests import MAX_HEAD_BYTES
 from toolpool.egress.rules import NetworkPolicy
 from toolpool.egress.server import MAX_PENDING_ASKS, EgressProxy
@@ -134,7 +134,7 @@ async def request(port: int, head: bytes) -> tuple[asyncio.StreamReader, asyncio
 def connect_head(target: str, call: str = "", extra: bytes = b"") -> bytes:
     head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n".encode()
     if call:
-        token = base64.b64encode(f"{call}:{call_mac(KEY, call)}".encode())
+        token = base64.b64encode(f"{token_user(call)}:{call_mac(KEY, call)}".encode())
         head += b"Proxy-Authorization: Basic " + token + b"\r\n"
     return head + extra + b"\r\n"
 
@@ -304,7 +304,7 @@ async def socks(
     method = await reader.readexactly(2)
     if call:
         assert method == b"\x05\x02"
-        user, password = call.encode(), call_mac(KEY, call).encode()
+        user, password = token_user(call).encode(), call_mac(KEY, call).encode()
         writer.write(bytes([1, len(user)]) + user + bytes([len(password)]) + password)
         assert await reader.readexactly(2) == b"\x01\x00"
     address = bytes([len(host)]) + host if kind == 3 else host

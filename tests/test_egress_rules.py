@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolpool.egress.addresses import PinError, parse_pin, pin_text
-from toolpool.egress.environment import call_mac, call_of, proxy_environment
+from toolpool.egress.environment import call_mac, call_of, proxy_environment, token_user
 from toolpool.egress.rules import Action, NetworkPolicy, Pattern, PolicyError, ip_literal
 from toolpool.session_options import Network, SessionOptionError, SessionOptions
 
@@ -22,7 +22,7 @@ def judged(policy: dict[str, Any], host: str, port: int = 443) -> tuple[Action, 
     return verdict.action, verdict.rule
 
 
-# --- N1: the option -----------------------------------------------------------------------
+# --- N1: the option ---
 
 
 @pytest.mark.spec("N1")
@@ -108,7 +108,7 @@ def test_N1_a_policy_reads_back_from_the_wire(policy: dict[str, Any]) -> None:
     assert SessionOptions.parse(parsed.to_wire()) == parsed
 
 
-# --- N2: matching ------------------------------------------------------------------------------
+# --- N2: matching ---
 
 
 @pytest.mark.spec("N2")
@@ -189,7 +189,7 @@ def test_N2_a_rule_naming_an_address_matches_it_in_every_spelling() -> None:
     assert judged(policy, "2001:db8::1", 443)[0] is Action.DENY  # another port
 
 
-# --- the call token (N3, N7) ---------------------------------------------------------------------
+# --- the call token (N3, N7) ---
 
 
 @pytest.mark.spec("N3")
@@ -198,21 +198,23 @@ def test_N3_the_proxy_variables_name_the_call_and_cannot_be_made_up() -> None:
     env = proxy_environment(key.hex(), "call 1/ü")
     for name in ("http_proxy", "HTTPS_PROXY", "ALL_PROXY", "no_proxy", "NO_PROXY"):
         assert name in env
-    assert env["http_proxy"].startswith("http://call%201%2F%C3%BC:")
+    user = token_user("call 1/ü")
+    assert env["http_proxy"].startswith(f"http://{user}:") and user.isascii()
+    assert ":" not in user and "%" not in user  # nothing to quote, no colon (RFC 7617)
     assert env["all_proxy"].startswith("socks5h://") and env["all_proxy"].endswith("127.0.0.1:1080")
     assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
     assert env["GIT_HTTP_PROXY_AUTHMETHOD"] == "basic"
     # The proxy reads the call back; another call's id with this mac, or a mac made
     # with another key, names no call.
-    assert call_of(key, "call 1/ü", call_mac(key, "call 1/ü")) == "call 1/ü"
-    assert call_of(key, "call 2", call_mac(key, "call 1/ü")) == ""
-    assert call_of(key, "call 1/ü", call_mac(b"other key", "call 1/ü")) == ""
-    assert call_of(key, "", "") == ""
+    assert call_of(key, user, call_mac(key, "call 1/ü")) == "call 1/ü"
+    assert call_of(key, token_user("call 2"), call_mac(key, "call 1/ü")) == ""
+    assert call_of(key, user, call_mac(b"other key", "call 1/ü")) == ""
+    assert call_of(key, "", "") == "" and call_of(key, "t!!", call_mac(key, "x")) == ""
     # A call id too long for a token travels without one.
     assert "@" not in proxy_environment(key.hex(), "x" * 200)["http_proxy"]
 
 
-# --- network_resolve (N10) -------------------------------------------------------------------------
+# --- network_resolve (N10) ---
 
 
 @pytest.mark.spec("N10")

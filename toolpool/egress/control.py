@@ -9,7 +9,7 @@ pool → proxy
 proxy → pool
     ``ready``   {pid}: serving
     ``ask``     {id, session, call, host, port}: a connection waits for an answer
-    ``record``  {session, call, host, port, kind, decision, by, address?, error?,
+    ``record``  {session, call, host, port, via, decision, by, address?, error?,
                 bytes_up, bytes_down, duration_ms}: a connection ended (or was refused)
     ``stats``   {sessions: {id: counters}}: now and then, when they changed
 

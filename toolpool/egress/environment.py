@@ -12,9 +12,9 @@ its connections are the session's, of no known call.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
-from urllib.parse import quote
 
 PROXY_ADDRESS = "127.0.0.1"  # on the session's own network namespace's loopback
 HTTP_PORT = 3128
@@ -23,18 +23,38 @@ MAX_CALL_ID = 128  # longer call ids travel without a token
 _MAC_CHARS = 24
 
 
+WORKER_TOKEN = "worker:"  # a bound worker's token: the pool knows the call it runs
+
+
+def worker_token(worker_id: str) -> str:
+    """What a policy session's worker names itself in its token (N11)."""
+    return WORKER_TOKEN + worker_id
+
+
 def call_mac(key: bytes, call_id: str) -> str:
     return hmac.new(key, call_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[
         :_MAC_CHARS
     ]
 
 
+def token_user(call_id: str) -> str:
+    """A call id as a proxy user name: base64url, so that no client has anything to
+    quote or unquote in it (a user name may hold no colon, RFC 7617)."""
+    encoded = base64.urlsafe_b64encode(call_id.encode("utf-8", "surrogatepass"))
+    return "t" + encoded.decode("ascii").rstrip("=")
+
+
 def call_of(key: bytes, user: str, password: str) -> str:
     """The call a client's credentials name, or "" when they name none (or were
     made up)."""
-    if not user or len(user) > MAX_CALL_ID or len(password) != _MAC_CHARS:
+    if not user.startswith("t") or len(user) > 4 * MAX_CALL_ID or len(password) != _MAC_CHARS:
         return ""
-    return user if hmac.compare_digest(call_mac(key, user), password) else ""
+    try:
+        text = user[1:]
+        call_id = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return call_id if hmac.compare_digest(call_mac(key, call_id), password) else ""
 
 
 def proxy_environment(key_hex: str, call_id: str) -> dict[str, str]:
@@ -44,7 +64,7 @@ def proxy_environment(key_hex: str, call_id: str) -> dict[str, str]:
     credentials = ""
     if 0 < len(call_id) <= MAX_CALL_ID:
         mac = call_mac(bytes.fromhex(key_hex), call_id)
-        credentials = f"{quote(call_id, safe='')}:{mac}@"
+        credentials = f"{token_user(call_id)}:{mac}@"
     http = f"http://{credentials}{PROXY_ADDRESS}:{HTTP_PORT}"
     socks = f"socks5h://{credentials}{PROXY_ADDRESS}:{SOCKS_PORT}"
     env: dict[str, str] = {}

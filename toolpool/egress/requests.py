@@ -15,7 +15,7 @@ import base64
 import binascii
 import ipaddress
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 16 * 1024  # an HTTP request head, request line and headers
 MAX_HEADERS = 100
@@ -152,7 +152,7 @@ def _credentials(headers: list[tuple[bytes, bytes, bytes]]) -> tuple[str, str]:
                 user, _, password = base64.b64decode(encoded.strip(), validate=True).partition(b":")
             except (binascii.Error, ValueError):
                 return "", ""
-            return unquote(user.decode("utf-8", "replace")), password.decode("utf-8", "replace")
+            return user.decode("utf-8", "replace"), password.decode("utf-8", "replace")
     return "", ""
 
 
@@ -196,7 +196,7 @@ async def read_socks(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
             if sub != 1:
                 raise Refused("bad user/password negotiation", reply=-1)
             writer.write(b"\x01\x00")
-            user = unquote(name.decode("utf-8", "replace"))
+            user = name.decode("utf-8", "replace")
             password = secret.decode("utf-8", "replace")
         elif 0 in methods:
             writer.write(b"\x05\x00")

@@ -375,6 +375,8 @@ class EgressProxy:
                     refusals.append(f"{text} is {why}")
             if not candidates:
                 shown = "; ".join(refusals[:3]) or "no address"
+                if literal is not None:  # an address a rule named: it is this host's
+                    raise Unreachable(f"{shown}, this host's", refused=True)
                 raise Unreachable(f"it resolves to this host only ({shown})", refused=True)
         last = "no address"
         for host, port in candidates:
@@ -401,7 +403,7 @@ class EgressProxy:
             "call": call,
             "host": target.host[:300],
             "port": target.port,
-            "kind": target.kind,
+            "via": target.kind,
             "decision": "allow" if answer.allow else "deny",
             "by": answer.by,
             "bytes_up": 0,

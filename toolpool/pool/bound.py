@@ -55,10 +55,23 @@ class BoundWorkers:
         self._starting: dict[str, int] = {}  # sessions' namespaces being made
         self._tasks: set[asyncio.Task[None]] = set()
         egress.ending.append(self.end_session)
+        egress.call_of_worker = self.call_of
 
     def __repr__(self) -> str:
         waiting = sum(len(q) for q in self.queues.values())
         return f"<BoundWorkers [{len(self._mine())} workers, {waiting} calls waiting]>"
+
+    def call_of(self, worker_id: str) -> str:
+        """The call a bound worker runs now ("" for none): its proxy token's call."""
+        worker = self._supervisor.workers.get(worker_id)
+        if worker is None or not worker.bound or not worker.given:
+            return ""
+        return worker.given[0].call_id
+
+    def ending_call(self) -> None:
+        """A bound worker's call ended: what the proxy sent meanwhile is read now,
+        while the worker's token still names that call."""
+        self._egress.drain()
 
     def add(self, call: Call) -> None:
         """A policy session's call waits for a worker of the session's."""

@@ -296,6 +296,8 @@ class Dispatch:
                 call = self._from(worker, message.call_id)
                 if call is None:
                     return
+                if worker.bound:  # what its proxy said of the call, while it is the call's
+                    self.bound.ending_call()
                 worker.given.popleft()
                 retries = message.usage.get("sandbox_retries")
                 if retries:

@@ -38,7 +38,7 @@ from typing import Any
 
 from toolpool.egress import control
 from toolpool.egress.addresses import Pin, pin_text
-from toolpool.egress.environment import HTTP_PORT, PROXY_ADDRESS, SOCKS_PORT
+from toolpool.egress.environment import HTTP_PORT, PROXY_ADDRESS, SOCKS_PORT, WORKER_TOKEN
 from toolpool.egress.rules import NetworkPolicy
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.sandbox.netns import NetnsError, SessionNetwork
@@ -108,6 +108,8 @@ class SessionEgress:
         self.on_ask: Ask | None = None
         self.on_record: Callable[[dict[str, Any]], None] | None = None
         self.ending: list[Callable[[str], None]] = []  # told as a policy session ends
+        # The call a bound worker runs now, by its id (bound.py): what its token means.
+        self.call_of_worker: Callable[[str], str] = lambda worker_id: ""
         self.started = 0  # proxy processes started (status)
 
     # -- sessions ----------------------------------------------------------------------------
@@ -354,9 +356,16 @@ class SessionEgress:
                         for name in ("active", "dropped"):
                             session.counters[name] = int(counters.get(name, 0))
 
+    def _caller(self, token: str) -> str:
+        """The call a token names: itself, or the call a bound worker runs."""
+        if token.startswith(WORKER_TOKEN):
+            return self.call_of_worker(token.removeprefix(WORKER_TOKEN))
+        return token
+
     def _recorded(self, record: dict[str, Any]) -> None:
         record.pop("op", None)
-        session_id, call_id = str(record.get("session", "")), str(record.get("call", ""))
+        record["call"] = self._caller(str(record.get("call", "")))
+        session_id, call_id = str(record.get("session", "")), record["call"]
         session = self._sessions.get(session_id)
         if session is None:
             return
@@ -384,7 +393,8 @@ class SessionEgress:
             session.counters["asked"] += 1
         if self.on_ask is not None and session is not None:
             try:
-                answer = await self.on_ask(session_id, str(message.get("call", "")), host, port)
+                caller = self._caller(str(message.get("call", "")))
+                answer = await self.on_ask(session_id, caller, host, port)
             except Exception:  # the daemon's bug must not leave the connection waiting
                 log.exception("asking about %s:%d failed", host, port)
                 answer = Answer(False, by="error")
