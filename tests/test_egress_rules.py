@@ -5,16 +5,21 @@ sends where a policy goes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from toolpool import ToolCall
 from toolpool.egress.addresses import PinError, parse_pin, pin_text
 from toolpool.egress.environment import call_mac, call_of, proxy_environment, token_user
 from toolpool.egress.rules import Action, NetworkPolicy, Pattern, PolicyError, ip_literal
+from toolpool.engine import Coordinator
+from toolpool.models import ErrorCode
 from toolpool.session_options import Network, SessionOptionError, SessionOptions
+from toolpool.tools.bash import bash
 
 
 def judged(policy: dict[str, Any], host: str, port: int = 443) -> tuple[Action, str]:
@@ -245,3 +250,25 @@ def test_N10_a_pin_is_a_name_and_an_address(name: str, target: str, pinned: Any)
 def test_N10_a_bad_pin_is_refused(name: str, target: Any) -> None:
     with pytest.raises((PinError, PolicyError)):
         parse_pin(name, target)
+
+
+# --- fail closed (N3) ---
+
+
+@pytest.mark.spec("N3")
+async def test_N3_without_the_daemons_pool_a_policy_sessions_command_is_refused(
+    workspace: Path,
+) -> None:
+    # In-process there is no namespace and no proxy to carry a policy out: the
+    # command is refused, never run with the network the process has.
+    coordinator = Coordinator([bash])
+    try:
+        session = coordinator.open_session(workspace, network={"allow": ["pypi.org"]})
+        (result,) = await coordinator.run_turn(
+            session, [ToolCall("c1", "bash", {"command": "echo ran > ran.txt"})]
+        )
+    finally:
+        coordinator.close()
+    assert result.error_code is ErrorCode.SANDBOX_FAILED
+    assert "network is a policy" in result.text
+    assert not (workspace / "ran.txt").exists()

@@ -286,6 +286,18 @@ def test_N3_a_background_shells_connections_are_the_call_that_started_it(
         assert record["call"] == "starter" and record["host"] == "allowed.test"
 
 
+@pytest.mark.spec("N3")
+def test_N3_checkpoints_keep_the_sessions_namespace_and_proxy(
+    client: Client, net: Site, workspace: Path
+) -> None:
+    # Every turn's end is a checkpoint, which ends the session's sandbox and starts
+    # it again (B1): the namespace, and the proxy's listeners in it, are the session's.
+    with client.session(workspace, network=POLICY, workspace_mode="overlay") as session:
+        for turn in range(3):
+            assert out(run(session, f"curl -sS http://allowed.test/t{turn}")) == f"allowed /t{turn}"
+        assert len(session.checkpoints()) >= 3
+
+
 # --- Unix sockets (N9) ---
 
 
