@@ -191,9 +191,8 @@ def test_N1_the_daemons_network_setting_is_a_ceiling(tmp_path: Path, workspace: 
                 client.session(workspace, **options).__enter__()
         with client.session(workspace, network={"allow": ["a.test"]}) as session:
             assert client.status()["sessions"][session.id]["network"]["mode"] == "policy"
-    (tmp_path / "off").mkdir()
     with (
-        running_daemon(tmp_path / "off", "--network=off") as daemon,
+        running_daemon(tmp_path, "--network=off", runtime=tmp_path / "r2") as daemon,
         Client(runtime_dir=daemon.runtime, timeout=60) as client,
     ):
         with pytest.raises(RequestFailed, match=r"network = \{'allow': \['a.test'\]"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 from collections.abc import Iterator
@@ -298,6 +299,24 @@ def test_N3_checkpoints_keep_the_sessions_namespace_and_proxy(
         assert len(session.checkpoints()) >= 3
 
 
+@pytest.mark.spec("N3")
+def test_N3_a_proxy_that_dies_is_started_again_for_the_sessions_it_served(
+    client: Client, net: Site, workspace: Path
+) -> None:
+    with client.session(workspace, network=POLICY) as session:
+        assert out(run(session, "curl -sS http://allowed.test/before")) == "allowed /before"
+        first = client.status()["egress_proxy"]
+        os.kill(first["pid"], signal.SIGKILL)
+        wait_until(
+            lambda: client.status()["egress_proxy"]["started"] == first["started"] + 1,
+            "the proxy started again",
+        )
+        # The same sandbox, the same namespace: served again, on new listeners
+        again = out(run(session, "curl -sS --retry 5 --retry-connrefused http://allowed.test/x"))
+        assert again == "allowed /x"
+        assert client.status()["egress_proxy"]["pid"] not in (None, first["pid"])
+
+
 # --- Unix sockets (N9) ---
 
 
@@ -356,12 +375,18 @@ def test_N11_a_python_tool_of_a_policy_session_meets_the_same_rules(
         refused = call(session, "fetch", url="http://evil.test/")
         direct = call(session, "connect", host="127.0.0.1", port=net.recorder.port)
         shown = call(session, "proxy_variables")
+        host_ns = call(session, "leave_namespace", path="/proc/1/ns/net")
+        own_ns = call(session, "leave_namespace", path="/proc/self/ns/net")
         worker = fetched.details["worker_pid"]
     assert json.loads(fetched.text) == {"status": 200, "body": "allowed /tool\n"}
     assert "403" in refused.text and "toolpool refused evil.test:80" in refused.text
     assert refused.details["network_refused"][0]["host"] == "evil.test"
     assert json.loads(direct.text)["connected"] is False  # its namespace: the proxy only
     assert "127.0.0.1:3128" in json.loads(shown.text)["https_proxy"]
+    # and it cannot step into the host's namespace: not even into its own (the
+    # seccomp filter of a policy session's worker refuses setns itself)
+    assert json.loads(host_ns.text)["left"] is False
+    assert json.loads(own_ns.text) == {"left": False, "error": "Operation not permitted"}
     assert net.recorder.got == [] and net.evil.seen == []
     # Its worker was the session's own, and is gone with the session
     wait_until(lambda: not running(worker), "the session's worker retired")

@@ -167,7 +167,8 @@ class BoundWorkers:
                 if not self._starting[session_id]:
                     del self._starting[session_id]
             if session_id in self.queues:  # not ended meanwhile
-                self._supervisor.spawn(True, bound=session_id, netns=network.path)
+                where = (network.path, network.inode)
+                self._supervisor.spawn(True, bound=session_id, netns=where)
 
         task = asyncio.get_running_loop().create_task(start())
         self._tasks.add(task)

@@ -14,7 +14,7 @@ session needs, under a cgroup of its own (memory and processes bounded: a flood
 there is not the daemon's), and as an unprivileged user when the daemon is root. A
 namespace is made once per session (``toolpool.sandbox.netns``) and served until
 the session ends; the proxy gets its two listeners. A proxy that dies is started
-again when next needed, and every live session's namespace gets new listeners;
+again at once (in a thread), and every live session's namespace gets new listeners;
 meanwhile the sessions' connections are refused (nothing listens): it fails closed.
 
 Everything the proxy sends is read on the event loop (small, bounded messages).
@@ -111,6 +111,7 @@ class SessionEgress:
         # The call a bound worker runs now, by its id (bound.py): what its token means.
         self.call_of_worker: Callable[[str], str] = lambda worker_id: ""
         self.started = 0  # proxy processes started (status)
+        self._closed = False
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -149,15 +150,40 @@ class SessionEgress:
                 return session.network
             try:
                 if not self._alive():
-                    self._start_process()
+                    self._revive()
                 if session.network is None:
                     session.network = SessionNetwork.make((HTTP_PORT, SOCKS_PORT), PROXY_ADDRESS)
-                else:  # the proxy was started again: the namespace needs listeners
-                    session.network.listen_again((HTTP_PORT, SOCKS_PORT), PROXY_ADDRESS)
-                self._serve(session_id, session)
+                    self._serve(session_id, session)
             except (NetnsError, OSError, control.ControlError) as exc:
                 raise SandboxStartError(f"the session's network proxy: {exc}") from exc
             return session.network
+
+    def _revive(self) -> None:
+        """(Under the lock.) Start the proxy, and serve every session that has a
+        namespace again, on new listeners (the old ones ended with the old proxy)."""
+        if self._closed:
+            raise OSError("the pool is closing")
+        self._start_process()
+        for session_id, session in self._sessions.items():
+            if session.network is not None:
+                session.network.listen_again((HTTP_PORT, SOCKS_PORT), PROXY_ADDRESS)
+                self._serve(session_id, session)
+
+    def _revived(self) -> None:
+        """(In a thread.) The proxy ended: started again at once for the sessions
+        it served, whose commands would otherwise find nothing listening until their
+        sandbox's next start."""
+        with self._lock:
+            if self._alive() or self._closed:
+                return
+            if not any(s.network is not None for s in self._sessions.values()):
+                return
+            try:
+                self._revive()
+            except (NetnsError, OSError, control.ControlError) as exc:
+                log.error("the egress proxy could not be started again: %s", exc)
+                return
+        log.warning("the egress proxy was started again (%d starts)", self.started)
 
     def _serve(self, session_id: str, session: _Session) -> None:
         assert session.network is not None
@@ -217,6 +243,7 @@ class SessionEgress:
         grace) and let go of every namespace."""
         for task in list(self._asking):
             task.cancel()
+        self._closed = True
         with self._lock:
             for session in self._sessions.values():
                 if session.network is not None:
@@ -329,10 +356,13 @@ class SessionEgress:
             except OSError:
                 got = None
             if got is None:
-                log.error("the egress proxy ended; its sessions' connections are refused")
+                log.error("the egress proxy ended; it is started again")
                 if self._sock is sock:
                     self._sock = self._sender = None
-                _unwatch(asyncio.get_running_loop(), sock)
+                loop = asyncio.get_running_loop()
+                _unwatch(loop, sock)
+                if not self._closed:
+                    loop.run_in_executor(None, self._revived)
                 return
             message, fds = got
             for fd in fds:

@@ -212,11 +212,21 @@ class WorkerProcesses:
 
     # -- one worker ---------------------------------------------------------------------
 
-    def new_worker(self, worker_id: str, offline: bool, bound: str = "", netns: str = "") -> Worker:
+    def new_worker(
+        self, worker_id: str, offline: bool, bound: str = "", netns: tuple[str, int] = ("", 0)
+    ) -> Worker:
         """A worker's record; ``prepare`` makes its cgroup. ``bound``: the policy
-        session it serves alone, forked into its network namespace ``netns`` (N11)."""
-        loop = asyncio.get_running_loop()
-        return Worker(worker_id, offline, None, loop.create_future(), bound=bound, netns=netns)
+        session it serves alone, forked into its network namespace ``netns`` (a path
+        and the namespace's inode, N11)."""
+        return Worker(
+            worker_id,
+            offline,
+            None,
+            asyncio.get_running_loop().create_future(),
+            bound=bound,
+            netns=netns[0],
+            netns_inode=netns[1],
+        )
 
     async def prepare(self, worker: Worker) -> WorkerConfig:
         """Make the worker's cgroup, with the pool's limits, and the configuration it
@@ -240,6 +250,7 @@ class WorkerProcesses:
             cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
             offline=worker.offline,
             netns=worker.netns,
+            netns_inode=worker.netns_inode,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
         )
 

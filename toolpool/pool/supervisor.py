@@ -155,12 +155,16 @@ class Supervisor:
         replacement: bool = False,
         exited_at: float | None = None,
         bound: str = "",
-        netns: str = "",
+        netns: tuple[str, int] = ("", 0),
     ) -> Worker:
         """Start a worker; ``replacement``: in place of one that ended (at
         ``exited_at``, when known) or retired; ``bound``: one policy session's, in its
-        network namespace ``netns`` (bound.py)."""
-        worker = self.processes.new_worker(f"w{next(self._ids)}", offline, bound, netns)
+        network namespace ``netns``: its path and inode (bound.py)."""
+        worker_id = f"w{next(self._ids)}"
+        if bound:
+            worker = self.processes.new_worker(worker_id, offline, bound, netns)
+        else:
+            worker = self.processes.new_worker(worker_id, offline)
         self.workers[worker.id] = worker
         self._lines[worker.id.encode()] = worker
         self._lines[(worker.id + CONTROL_SUFFIX).encode()] = worker

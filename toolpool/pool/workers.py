@@ -130,6 +130,7 @@ class Worker:
     # path), which serves that session's calls alone (bound.py, SPEC N11).
     bound: str = ""
     netns: str = ""
+    netns_inode: int = 0
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited

@@ -52,6 +52,11 @@ class SessionNetwork:
     def path(self) -> str:
         return f"/proc/{os.getpid()}/fd/{self.fd}"
 
+    @property
+    def inode(self) -> int:
+        """The namespace's own number (what the path must still name when used)."""
+        return os.fstat(self.fd).st_ino
+
     @classmethod
     def make(cls, ports: Sequence[int], address: str = "127.0.0.1") -> SessionNetwork:
         """A new namespace with a listener on ``address`` at each of ``ports``.
@@ -135,6 +140,9 @@ def _listeners(ports: Sequence[int], address: str) -> list[socket.socket]:
         for port in ports:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listeners.append(listener)
+            # Listeners made again (the proxy that held them ended) find the port's
+            # connections in TIME_WAIT: they must not keep it from being bound.
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((address, port))
             listener.listen(512)
     except BaseException:
