@@ -153,8 +153,10 @@ class Site:
 def site(tmp: Path, *flags: str) -> Iterator[Site]:
     allowed, evil = WebServer("allowed"), WebServer("evil")
     addresses = ["127.0.0.1", host_address()]
-    if socket.has_ipv6 and any(n.version == 6 for n in HostNetwork.read().local):
+    own6 = [n.network_address for n in HostNetwork.read().local if n.version == 6]
+    if socket.has_ipv6 and own6:
         addresses.append("::1")
+        addresses += [str(a) for a in own6 if not a.is_link_local][:1]
     recorder = Recorder(sorted(set(addresses), key=addresses.index))
     audit = tmp / "audit.log"
     pins = {

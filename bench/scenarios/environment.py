@@ -134,9 +134,9 @@ def _one(
         holder = psutil.Process(int(box["pid"]))
         processes = [holder, holder.parent(), *holder.children(recursive=True)]  # + bwrap
         processes += [  # pasta (a child of the daemon, as "passt.avx2" or "pasta")
-            p for p in psutil.Process(daemon_pid).children() if p.cmdline()[:1] == [PASTA]
+            p for p in psutil.Process(daemon_pid).children() if _cmdline(p)[:1] == [PASTA]
         ]
-        rss = sum(p.memory_info().rss for p in processes if p is not None)
+        rss = sum(_rss(p) for p in processes if p is not None)
         df = ToolCall("d", "bash", {"command": "df -B1 --output=used /tmp | tail -1"})
         (used,) = session.submit([df]).results()
         tmp_bytes = float(used.text.split()[0])
@@ -174,3 +174,19 @@ def report(data: dict[str, Any]) -> list[str]:
             f"{row['idle_tmp_bytes']:.0f} | {row['idle_layer_bytes']:.0f} |"
         )
     return lines
+
+
+def _rss(process: psutil.Process) -> int:
+    """A process's resident memory; 0 for one that ended since it was listed (a
+    command's init still on its way out when the sandbox's processes were listed)."""
+    try:
+        return int(process.memory_info().rss)
+    except psutil.NoSuchProcess:
+        return 0
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return list(process.cmdline())
+    except psutil.NoSuchProcess:
+        return []
