@@ -21,6 +21,8 @@ from toolpool.models import ErrorCode
 from toolpool.session_options import Network, SessionOptionError, SessionOptions
 from toolpool.tools.bash import bash
 
+from .network_tools import fetch
+
 
 def judged(policy: dict[str, Any], host: str, port: int = 443) -> tuple[Action, str]:
     verdict = NetworkPolicy.parse(policy).judge(host, port)
@@ -261,14 +263,18 @@ async def test_N3_without_the_daemons_pool_a_policy_sessions_command_is_refused(
 ) -> None:
     # In-process there is no namespace and no proxy to carry a policy out: the
     # command is refused, never run with the network the process has.
-    coordinator = Coordinator([bash])
+    coordinator = Coordinator([bash, fetch])
     try:
         session = coordinator.open_session(workspace, network={"allow": ["pypi.org"]})
-        (result,) = await coordinator.run_turn(
-            session, [ToolCall("c1", "bash", {"command": "echo ran > ran.txt"})]
+        results = await coordinator.run_turn(
+            session,
+            [
+                ToolCall("c1", "bash", {"command": "echo ran > ran.txt"}),
+                ToolCall("c2", "fetch", {"url": "http://pypi.org/"}),
+            ],
         )
     finally:
         coordinator.close()
-    assert result.error_code is ErrorCode.SANDBOX_FAILED
-    assert "network is a policy" in result.text
+    assert [r.error_code for r in results] == [ErrorCode.SANDBOX_FAILED] * 2
+    assert all("network is a policy" in r.text for r in results)
     assert not (workspace / "ran.txt").exists()
