@@ -5,6 +5,9 @@ sends where a policy goes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from toolpool.models import ErrorCode
 from toolpool.session_options import Network, SessionOptionError, SessionOptions
 from toolpool.tools.bash import bash
 
+from .daemon_support import ROOT
 from .network_tools import fetch
 
 
@@ -278,3 +282,19 @@ async def test_N3_without_the_daemons_pool_a_policy_sessions_command_is_refused(
     assert [r.error_code for r in results] == [ErrorCode.SANDBOX_FAILED] * 2
     assert all("network is a policy" in r.text for r in results)
     assert not (workspace / "ran.txt").exists()
+
+
+@pytest.mark.spec("N3")
+def test_N3_a_daemon_not_run_as_root_refuses_a_policy_namespace_saying_so() -> None:
+    # The namespaces are made in the daemon's own user namespace: an unprivileged
+    # process cannot, and says why rather than run a command with another network.
+    drop = "os.setgroups([]); os.setgid(65534); os.setuid(65534)" if os.geteuid() == 0 else ""
+    script = (
+        "import os\nfrom toolpool.sandbox.netns import NetnsError, SessionNetwork\n"
+        f"{drop}\n"  # after the imports: nobody may not read the interpreter's home
+        "try:\n    SessionNetwork.make((3128,))\nexcept NetnsError as exc:\n    print(exc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert "a network policy needs a daemon run as root" in done.stdout

@@ -50,7 +50,7 @@ from toolpool.egress.rules import Action, NetworkPolicy, PolicyError, ip_literal
 log = logging.getLogger("toolpool.egress")
 
 MAX_CONNECTIONS_PER_SESSION = 256  # open at once; more are closed as they come
-MAX_CONNECTIONS = 4096  # all sessions together
+MAX_CONNECTIONS = 2048  # all sessions together: each may buffer ~300 KB, under 1 GiB
 MAX_PENDING_ASKS = 16  # a session's network approvals waiting for an answer
 HEAD_SECONDS = 30.0  # a request head (or SOCKS handshake) must come within this
 RESOLVE_SECONDS = 15.0

@@ -47,7 +47,7 @@ from toolpool.sandbox.session_box import SandboxStartError
 log = logging.getLogger("toolpool.pool")
 
 START_SECONDS = 10.0  # the proxy's process says it serves within this
-PROXY_MEMORY_BYTES = 512 * 1024**2
+PROXY_MEMORY_BYTES = 1024**3
 PROXY_PROCESSES = 64  # its threads (the resolver's) count
 MAX_REFUSED_PER_CALL = 32  # hosts a call's result lists as refused
 NOBODY = 65534
