@@ -4,7 +4,8 @@ only through its proxy, which lets a connection through by the name asked for.
 - ``rules``: the policy and its matching (no I/O);
 - ``addresses``: where the proxy never connects (this host), and ``network_resolve``;
 - ``requests``: what a client asks for, read with bounds (HTTP proxy, SOCKS5);
-- ``server``: the proxy itself, on an event loop;
+- ``server``: the proxy itself, on an event loop; ``dial``: where it connects (pins,
+  its own resolution, the address guard); ``relay``: the bytes both ways;
 - ``control``: the pool ⇄ proxy socket; ``process``: the proxy's process;
 - ``environment``: the proxy variables a command gets.
 

@@ -21,18 +21,19 @@ is bounded: connections, approvals pending, head bytes and time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolpool.egress.addresses import HostAddresses, Pin
+from toolpool.egress.dial import Dialer, Resolver, Unreachable
 from toolpool.egress.environment import call_of
+from toolpool.egress.relay import flushed, relay
 from toolpool.egress.requests import (
     MAX_HEAD_BYTES,
     SOCKS_HOST_UNREACHABLE,
@@ -45,7 +46,7 @@ from toolpool.egress.requests import (
     read_socks,
     socks_reply,
 )
-from toolpool.egress.rules import Action, NetworkPolicy, PolicyError, ip_literal, normal_name
+from toolpool.egress.rules import Action, NetworkPolicy, normal_name
 
 log = logging.getLogger("toolpool.egress")
 
@@ -53,12 +54,7 @@ MAX_CONNECTIONS_PER_SESSION = 256  # open at once; more are closed as they come
 MAX_CONNECTIONS = 2048  # all sessions together: each may buffer ~300 KB, under 1 GiB
 MAX_PENDING_ASKS = 16  # a session's network approvals waiting for an answer
 HEAD_SECONDS = 30.0  # a request head (or SOCKS handshake) must come within this
-RESOLVE_SECONDS = 15.0
-CONNECT_SECONDS = 30.0
 ASK_GRACE = 5.0  # past the approval timeout, the proxy stops waiting on its own
-RELAY_CHUNK = 256 * 1024
-
-Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
 class Uplink(Protocol):
@@ -103,13 +99,6 @@ class SessionProxy:
     counters: Counters = field(default_factory=Counters)
 
 
-class Unreachable(Exception):
-    def __init__(self, why: str, *, refused: bool = False) -> None:
-        super().__init__(why)
-        self.why = why
-        self.refused = refused  # by the address guard, not by the network
-
-
 class EgressProxy:
     """The proxy of every policy session of one daemon (see the module)."""
 
@@ -124,9 +113,7 @@ class EgressProxy:
         max_per_session: int = MAX_CONNECTIONS_PER_SESSION,
     ) -> None:
         self._uplink = uplink
-        self._pins = dict(pins or {})
-        self._addresses = addresses or HostAddresses()
-        self._resolve = resolver or _resolve
+        self._dialer = Dialer(dict(pins or {}), addresses or HostAddresses(), resolver)
         self._head_seconds = head_seconds
         self._max_per_session = max_per_session
         self.sessions: dict[str, SessionProxy] = {}
@@ -269,23 +256,23 @@ class EgressProxy:
                 writer.write(http_refusal(exc.status, "Bad Request", f"toolpool: {exc.why}"))
             elif exc.reply >= 0:
                 writer.write(socks_reply(exc.reply))
-            await _flushed(writer)
+            await flushed(writer)
             return
         session.counters.connections += 1
         call = call_of(session.key, target.user, target.password)
         answer = await self._decide(session, call, target)
         if not answer.allow:
             self._refuse(session, call, target, answer, writer, began)
-            await _flushed(writer)
+            await flushed(writer)
             return
         try:
-            address, upstream_r, upstream_w = await self._connect(target)
+            address, upstream_r, upstream_w = await self._dialer.dial(target.host, target.port)
         except Unreachable as exc:
             if exc.refused:
                 self._refuse(session, call, target, Answer(False, exc.why), writer, began)
             else:
                 self._unreachable(session, call, target, answer, exc.why, writer, began)
-            await _flushed(writer)
+            await flushed(writer)
             return
         session.counters.allowed += 1
         record = self._record_of(session, call, target, answer, began)
@@ -300,7 +287,18 @@ class EgressProxy:
                 session.counters.bytes_up += len(target.forward)
                 record["bytes_up"] += len(target.forward)
             up_to = target.body if target.kind == "http" else None
-            await _relay(reader, writer, upstream_r, upstream_w, session.counters, record, up_to)
+
+            counters = session.counters
+
+            def count(up: bool, size: int) -> None:
+                if up:
+                    counters.bytes_up += size
+                    record["bytes_up"] += size
+                else:
+                    counters.bytes_down += size
+                    record["bytes_down"] += size
+
+            await relay(reader, writer, upstream_r, upstream_w, count, up_to)
         finally:
             upstream_w.transport.abort()
             record["duration_ms"] = round((time.monotonic() - began) * 1000, 3)
@@ -344,53 +342,6 @@ class EgressProxy:
             if session.pending.get(key) is pending:
                 del session.pending[key]
             return Answer(False, "no answer in time")
-
-    async def _connect(self, target: Target) -> tuple[str, asyncio.StreamReader, Any]:
-        """A connection to where ``target`` may go: the pin of its name, else its
-        addresses that are not this host's, in the resolver's order."""
-        pinned = None
-        if ip_literal(target.host) is None:
-            with contextlib.suppress(PolicyError):
-                pinned = self._pins.get(normal_name(target.host))
-        if pinned is not None:
-            candidates = [(pinned[0], pinned[1] or target.port)]
-        else:
-            literal = ip_literal(target.host)
-            if literal is not None:
-                found = [str(literal)]
-            else:
-                try:
-                    async with asyncio.timeout(RESOLVE_SECONDS):
-                        found = await self._resolve(target.host, target.port)
-                except (OSError, TimeoutError, UnicodeError) as exc:
-                    raise Unreachable(f"{target.host} does not resolve ({exc})") from None
-            candidates = []
-            refusals = []
-            for text in found:
-                address = ip_literal(text)
-                why = "not an address" if address is None else self._addresses.refusal(address)
-                if why is None:
-                    candidates.append((text, target.port))
-                else:
-                    refusals.append(f"{text} is {why}")
-            if not candidates:
-                shown = "; ".join(refusals[:3]) or "no address"
-                if literal is not None:  # an address a rule named: it is this host's
-                    raise Unreachable(f"{shown}, this host's", refused=True)
-                raise Unreachable(f"it resolves to this host only ({shown})", refused=True)
-        last = "no address"
-        for host, port in candidates:
-            try:
-                async with asyncio.timeout(CONNECT_SECONDS):
-                    reader, writer = await asyncio.open_connection(host, port)
-            except TimeoutError:
-                last = f"{host} port {port}: timed out"
-                continue
-            except OSError as exc:
-                last = f"{host} port {port}: {exc.strerror or exc}"
-                continue
-            return f"{host}:{port}", reader, writer
-        raise Unreachable(f"cannot connect ({last})")
 
     # -- what is sent up and answered --------------------------------------------------------------
 
@@ -449,61 +400,6 @@ class EgressProxy:
             writer.write(http_refusal(502, line, line))
 
 
-async def _relay(
-    client_r: asyncio.StreamReader,
-    client_w: asyncio.StreamWriter,
-    upstream_r: asyncio.StreamReader,
-    upstream_w: asyncio.StreamWriter,
-    counters: Counters,
-    record: dict[str, Any],
-    up_to: int | None = None,
-) -> None:
-    """Bytes both ways until both directions ended, counted as they pass; ``up_to``:
-    no more than that many up (a forwarded request's body), and the client is not
-    read past them."""
-
-    async def body() -> None:
-        left = up_to or 0
-        while left > 0 and (data := await client_r.read(min(left, RELAY_CHUNK))):
-            upstream_w.write(data)
-            left -= len(data)
-            counters.bytes_up += len(data)
-            record["bytes_up"] += len(data)
-            await upstream_w.drain()
-
-    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
-        try:
-            while data := await source.read(RELAY_CHUNK):
-                sink.write(data)
-                if up:
-                    counters.bytes_up += len(data)
-                    record["bytes_up"] += len(data)
-                else:
-                    counters.bytes_down += len(data)
-                    record["bytes_down"] += len(data)
-                await sink.drain()
-            if sink.can_write_eof():
-                sink.write_eof()
-        except (ConnectionError, OSError):
-            sink.transport.abort()
-
-    up = body() if up_to is not None else pipe(client_r, upstream_w, True)
-    await asyncio.gather(up, pipe(upstream_r, client_w, False))
-
-
 def _where(target: Target) -> str:
     host = target.host[:200]
     return f"[{host}]:{target.port}" if ":" in host else f"{host}:{target.port}"
-
-
-async def _flushed(writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-        async with asyncio.timeout(5):
-            await writer.drain()
-
-
-async def _resolve(host: str, port: int) -> list[str]:
-    found = await asyncio.get_running_loop().getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
-    return list(dict.fromkeys(str(info[4][0]) for info in found))

@@ -24,33 +24,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import secrets
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolpool.egress import control
-from toolpool.egress.addresses import Pin, pin_text
+from toolpool.egress.addresses import Pin
 from toolpool.egress.environment import HTTP_PORT, PROXY_ADDRESS, SOCKS_PORT, WORKER_TOKEN
 from toolpool.egress.rules import NetworkPolicy
+from toolpool.pool.egress_process import end_proxy, start_proxy
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.sandbox.netns import NetnsError, SessionNetwork
 from toolpool.sandbox.session_box import SandboxStartError
 
 log = logging.getLogger("toolpool.pool")
 
-START_SECONDS = 10.0  # the proxy's process says it serves within this
 PROXY_MEMORY_BYTES = 1024**3
 PROXY_PROCESSES = 64  # its threads (the resolver's) count
 MAX_REFUSED_PER_CALL = 32  # hosts a call's result lists as refused
-NOBODY = 65534
 _COUNTERS = [
     "connections",
     "allowed",
@@ -254,7 +251,7 @@ class SessionEgress:
         if sock is not None:
             _unwatch(asyncio.get_running_loop(), sock)  # the proxy ends on this
         if process is not None:
-            await asyncio.get_running_loop().run_in_executor(None, _end, process)
+            await asyncio.get_running_loop().run_in_executor(None, end_proxy, process)
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
@@ -267,56 +264,22 @@ class SessionEgress:
     def _start_process(self) -> None:
         """(Under the lock, in a thread.) Start the proxy and wait for its ``ready``."""
         if self._process is not None:
-            _end(self._process)
+            end_proxy(self._process)
             self._process = None
         self._close_socket()
-        processes = self._processes
-        ours, theirs = control.pair()
-        argv = [sys.executable, "-m", "toolpool.egress", "--control-fd", str(theirs.fileno())]
-        argv += ["--pins", json.dumps({name: pin_text(pin) for name, pin in self._pins.items()})]
-        if processes.cgroups is not None and self._cgroup is None:
-            cgroup = processes.cgroups.create("egress")
+        cgroups = self._processes.cgroups
+        if cgroups is not None and self._cgroup is None:
+            cgroup = cgroups.create("egress")
             cgroup.set_memory(PROXY_MEMORY_BYTES)
             cgroup.set_pids(PROXY_PROCESSES)
             self._cgroup = cgroup
-        if self._cgroup is not None:
-            for procs in self._cgroup.procs_files():
-                argv += ["--cgroup-procs", str(procs)]
-        if os.geteuid() == 0:
-            argv += ["--user", str(NOBODY)]
-        log_path = processes.runtime_dir / "egress.log"
-        with open(log_path, "ab") as log_file:
-            os.chmod(log_path, 0o600)
-            try:
-                process = subprocess.Popen(
-                    argv,
-                    pass_fds=(theirs.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log_file,
-                    start_new_session=True,
-                )
-            finally:
-                theirs.close()
-        ours.settimeout(START_SECONDS)
-        try:
-            got = control.receive(ours)
-        except (OSError, control.ControlError) as exc:
-            process.kill()
-            process.wait()
-            ours.close()
-            raise OSError(f"the proxy did not start ({exc}); see {log_path}") from None
-        if got is None or got[0].get("op") != "ready":
-            process.kill()
-            process.wait()
-            ours.close()
-            raise OSError(f"the proxy did not start; see {log_path}")
-        ours.setblocking(False)
-        self._process, self._sock, self._sender = process, ours, control.Sender(ours)
+        procs = self._cgroup.procs_files() if self._cgroup is not None else []
+        process, sock = start_proxy(self._processes.runtime_dir, self._pins, procs)
+        self._process, self._sock, self._sender = process, sock, control.Sender(sock)
         self.started += 1
         loop = self._loop
         assert loop is not None
-        loop.call_soon_threadsafe(self._watch, ours)
+        loop.call_soon_threadsafe(self._watch, sock)
 
     def _watch(self, sock: socket.socket) -> None:
         if self._sock is sock:
@@ -446,12 +409,3 @@ def _unwatch(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     with contextlib.suppress(Exception):
         loop.remove_reader(sock)
     sock.close()
-
-
-def _end(process: subprocess.Popen[bytes]) -> None:
-    """The proxy ends when its control socket closes; killed if it does not."""
-    try:
-        process.wait(2.0)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
