@@ -5,6 +5,7 @@ to a message")."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -31,13 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER_ID = "w1"
 # The worker's life, as the zygote would start it, with the test tools loaded.
 _SERVE = """
-import json, sys
+import base64, json, sys
 from toolpool.registry import ToolRegistry, tools_in_module
 from toolpool.worker.main import WorkerConfig, serve
 registry = ToolRegistry(check_schemas=False)
 for tool in tools_in_module("tests.worker_tools"):
     registry.add(tool)
-sys.exit(serve(WorkerConfig.from_dict(json.loads(sys.argv[1])), registry))
+config = json.loads(sys.argv[1])
+config["session_tools"] = base64.b64decode(config["session_tools"])
+sys.exit(serve(WorkerConfig.from_dict(config), registry))
 """
 # A hang guard far past anything waited for here (a loaded machine is slow, not stuck).
 WAIT_MS = 30_000
@@ -47,7 +50,16 @@ class DirectWorker:
     """A worker process and the socket it answers to; ``calls`` counts the ZeroMQ
     messages and parts the worker sent on its call line (heartbeats apart)."""
 
-    def __init__(self, tmp_path: Path, workspace: Path, *, result_hold: float = 0.001) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        workspace: Path,
+        *,
+        result_hold: float = 0.001,
+        bound: tuple[str, bytes] | None = None,
+    ) -> None:
+        """``bound``: the worker serves that session's shipped tools (its id, their
+        pickle), as a pool's bound worker does (SPEC A6)."""
         self.workspace = workspace
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._router = self._context.socket(zmq.ROUTER)
@@ -59,19 +71,27 @@ class DirectWorker:
             endpoint=endpoint,
             heartbeat_interval=60.0,  # one heartbeat as it starts, then none in a test
             result_hold=result_hold,
+            bound_session="" if bound is None else bound[0],
         )
+        given = config.to_dict()
+        given["session_tools"] = base64.b64encode(b"" if bound is None else bound[1]).decode()
         self._process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, json.dumps(config.to_dict())], cwd=ROOT
+            [sys.executable, "-c", _SERVE, json.dumps(given)], cwd=ROOT
         )
         self._tickets = 0
         self.messages: list[tuple[bytes, list[Message]]] = []  # (line, parts) as they came
-        ready = [line for line, parts in self._wait(2) if isinstance(parts[0], Ready)]
-        assert sorted(ready) == [WORKER_ID.encode(), (WORKER_ID + CONTROL_SUFFIX).encode()]
+        said = [(line, parts[0]) for line, parts in self._wait(2)]
+        # Its handshake on both lines (a bound worker's says whether its tools loaded).
+        self.ready = [ready for _, ready in said if isinstance(ready, Ready)]
+        lines = sorted(line for line, ready in said if isinstance(ready, Ready))
+        assert lines == [WORKER_ID.encode(), (WORKER_ID + CONTROL_SUFFIX).encode()]
         self.messages.clear()
 
-    def execute(self, tool: str, arguments: dict[str, Any], call_id: str) -> Execute:
+    def execute(
+        self, tool: str, arguments: dict[str, Any], call_id: str, session: str = "s"
+    ) -> Execute:
         self._tickets += 1
-        context = CallContext(session_id="s", workspace=str(self.workspace))
+        context = CallContext(session_id=session, workspace=str(self.workspace))
         return Execute(call_id, tool, arguments, context, {}, {}, self._tickets)
 
     def send(self, *parts: Execute | bytes) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import zmq
 
 from toolpool.pool import PoolConfig
-from toolpool.pool.workers import Worker, WorkerState
+from toolpool.pool.workers import Kind, Worker, WorkerState
 from toolpool.protocol import (
     CallStatus,
     Cancel,
@@ -97,8 +97,8 @@ class FakeWorkers:
         self._context.term()
         self._dir.cleanup()
 
-    def new_worker(self, worker_id: str, offline: bool) -> Worker:
-        return Worker(worker_id, offline, None, asyncio.get_running_loop().create_future())
+    def new_worker(self, worker_id: str, kind: Kind) -> Worker:
+        return Worker.of_kind(worker_id, kind, asyncio.get_running_loop().create_future())
 
     async def prepare(self, worker: Worker) -> None:
         return None

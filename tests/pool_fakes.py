@@ -21,7 +21,7 @@ from typing import Any
 
 from toolpool.cancel import CancelToken
 from toolpool.pool import PoolConfig, WorkerPool
-from toolpool.pool.workers import PoolOutcome, Worker
+from toolpool.pool.workers import Kind, PoolOutcome, Worker
 from toolpool.protocol import (
     CallContext,
     CallStatus,
@@ -77,8 +77,8 @@ class ScriptedProcesses:
     async def close(self, workers: Iterable[Worker]) -> None:
         pass
 
-    def new_worker(self, worker_id: str, offline: bool) -> Worker:
-        return Worker(worker_id, offline, None, asyncio.get_running_loop().create_future())
+    def new_worker(self, worker_id: str, kind: Kind) -> Worker:
+        return Worker.of_kind(worker_id, kind, asyncio.get_running_loop().create_future())
 
     async def prepare(self, worker: Worker) -> None:
         return None

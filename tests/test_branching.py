@@ -338,6 +338,22 @@ def test_B3_forks_count_against_the_clients_sessions(client: Client, workspace: 
         assert len(client.status()["sessions"]) == 1  # none was left open
 
 
+@pytest.mark.spec("B3", "A6")
+def test_B3_a_session_with_shipped_tools_is_not_forked(client: Client, workspace: Path) -> None:
+    # Given a session whose own tools run on workers bound to it alone (A6)
+    def twice(n: int) -> int:
+        """Double it."""
+        return 2 * n
+
+    with client.session(workspace, workspace_mode="overlay", tools=[twice]) as parent:
+        # When it is forked, Then the fork is refused, saying why, and nothing is opened
+        with pytest.raises(RequestFailed, match=r"shipped tools .* cannot be forked"):
+            parent.fork(1)
+        assert len(client.status()["sessions"]) == 1
+        (result,) = parent.submit([ToolCall("t", "twice", {"n": 21})]).results()
+        assert ok(result) == "42"  # the parent goes on
+
+
 @pytest.mark.spec("B6")
 def test_B6_branches_wait_for_no_turn_and_turns_wait_for_them(
     client: Client, workspace: Path

@@ -392,6 +392,46 @@ def test_N11_a_python_tool_of_a_policy_session_meets_the_same_rules(
     wait_until(lambda: not running(worker), "the session's worker retired")
 
 
+@pytest.mark.spec("N11", "A6")
+def test_N11_a_shipped_tool_of_a_policy_session_runs_in_its_namespace(
+    client: Client, net: Site, workspace: Path
+) -> None:
+    # Given a tool of this program's own, shipped with a policy session
+    recorder = net.recorder.port
+
+    def reach(url: str) -> dict[str, object]:
+        """Fetch url through the proxy, then connect to the recorder straight.
+
+        Args:
+            url: What to fetch.
+        """
+        import socket as sockets
+        import urllib.request as requests
+
+        with requests.urlopen(url, timeout=20) as response:
+            body = response.read().decode()
+        try:
+            with sockets.create_connection(("127.0.0.1", recorder), timeout=3):
+                direct = "connected"
+        except OSError as exc:
+            direct = str(exc)
+        return {"body": body, "direct": direct, "pid": os.getpid()}
+
+    with client.session(workspace, network=POLICY, tools=[reach]) as session:
+        shipped = call(session, "reach", url="http://allowed.test/shipped")
+        builtin = call(session, "fetch", url="http://allowed.test/tool")
+        worker = shipped.details["worker_pid"]
+    # Then it met the session's rules as its Python tools do: through its proxy,
+    # nothing straight out, on a worker of the session's own
+    answer = json.loads(shipped.text)
+    assert answer["body"] == "allowed /shipped\n"
+    assert answer["direct"] != "connected"
+    assert net.recorder.got == []
+    assert not builtin.is_error, builtin.text
+    assert worker not in (os.getpid(), net.daemon.pid)
+    wait_until(lambda: not running(worker), "the session's worker retired")
+
+
 # --- helpers ---
 
 

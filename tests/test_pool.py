@@ -336,7 +336,7 @@ async def test_D2_a_cgroup_made_for_a_worker_forgotten_meanwhile_is_removed(
     pool = await make_pool(min_workers=1, max_workers=1)
     gate = slow_cgroups(pool, monkeypatch, request)
     before = cgroups_of(pool)
-    worker = pool.processes.new_worker("wx", offline=False)
+    worker = pool.processes.new_worker("wx", False)
     preparing = asyncio.ensure_future(pool.processes.prepare(worker))
     await until(lambda: "wx" in pool.processes._making)
     pool.processes.forget(worker)

@@ -19,7 +19,7 @@ from toolpool.pool.planner import (
     WorkerView,
     apply,
 )
-from toolpool.pool.workers import PoolConfig, WorkerState
+from toolpool.pool.workers import Binding, Kind, PoolConfig, WorkerState
 
 IDLE, BUSY, STARTING, RETIRING = (
     WorkerState.IDLE,
@@ -30,7 +30,8 @@ IDLE, BUSY, STARTING, RETIRING = (
 
 
 def pool(*workers: WorkerView, online: int = 0, offline: int = 0, open: bool = True) -> PoolState:
-    return PoolState(workers, waiting_online=online, waiting_offline=offline, open=open)
+    queued = {kind: n for kind, n in ((False, online), (True, offline)) if n}
+    return PoolState(workers, queued=queued, open=open)
 
 
 def w(worker_id: str, state: WorkerState, *, offline: bool = False, **kw: int) -> WorkerView:
@@ -62,7 +63,7 @@ def test_a_starting_worker_counts_for_a_waiting_call() -> None:
 def test_a_full_pool_makes_room_by_retiring_an_idle_worker_of_the_other_kind() -> None:
     state = pool(w("w1", BUSY), w("w2", BUSY), w("w3", IDLE, offline=True), w("w4", BUSY), online=2)
     assert planner.grow(state, False) == [
-        RetireWorker("w3", "to make room for the other kind"),
+        RetireWorker("w3", "to make room for another kind"),
         StartWorker(False),
     ]  # one idle worker of the other kind: room for one
 
@@ -71,14 +72,14 @@ def test_retiring_to_make_room_never_goes_past_the_maximum() -> None:
     tight = PoolPlanner(min_workers=2, max_workers=2)
     state = pool(w("w1", IDLE, offline=True), w("w2", BUSY, offline=True), online=1)
     plan = tight.grow(state, False)
-    assert plan == [RetireWorker("w1", "to make room for the other kind"), StartWorker(False)]
+    assert plan == [RetireWorker("w1", "to make room for another kind"), StartWorker(False)]
     assert len(_after(state, plan).live()) == 2
 
 
 def test_an_idle_worker_of_the_other_kind_gives_its_place_to_a_waiting_call() -> None:
     full = pool(w("w1", BUSY), w("w2", BUSY), w("w3", BUSY), w("w4", IDLE), offline=1)
     assert planner.grow(full, True) == [
-        RetireWorker("w4", "to make room for the other kind"),
+        RetireWorker("w4", "to make room for another kind"),
         StartWorker(True),
     ]
 
@@ -141,7 +142,7 @@ def test_apply_follows_the_actions() -> None:
     state = apply(state, RetireWorker("w2", "done"))
     assert [v.id for v in state.live()] == ["w1"]
     state = apply(state, StartWorker(True))
-    assert [(v.offline, v.state) for v in state.live()] == [(False, BUSY), (True, STARTING)]
+    assert [(v.kind, v.state) for v in state.live()] == [(False, BUSY), (True, STARTING)]
     assert apply(state, FailWaiters("no")).waiting(True) == 0
 
 
@@ -151,7 +152,11 @@ def _after(state: PoolState, plan: list[Action]) -> PoolState:
     return state
 
 
-kinds = st.booleans()
+# The plain kinds, and two bindings' (a session's shipped tools), offline or not.
+BINDINGS = (Binding("s1", b""), Binding("s2", b""))
+kinds = st.one_of(
+    st.booleans(), st.builds(lambda b, o: b.kind(o), st.sampled_from(BINDINGS), st.booleans())
+)
 states = st.sampled_from([IDLE, BUSY, STARTING, RETIRING])
 
 
@@ -162,27 +167,70 @@ def snapshots(draw: st.DrawFn) -> tuple[PoolPlanner, PoolState]:
     workers = draw(st.lists(st.tuples(kinds, states), max_size=maximum))
     live = [(o, s) for o, s in workers if s is not RETIRING][:maximum]
     views = tuple(WorkerView(f"w{i}", o, s) for i, (o, s) in enumerate(live))
-    waiting = draw(st.tuples(st.integers(0, 6), st.integers(0, 6)))
-    return planner, PoolState(views, waiting_online=waiting[0], waiting_offline=waiting[1])
+    waiting = draw(st.dictionaries(kinds, st.integers(1, 6), max_size=3))
+    return planner, PoolState(views, queued=waiting)
 
 
 @settings(max_examples=300, deadline=None)
 @given(snapshots(), kinds, st.sampled_from(["grow", "retire", "replenish"]))
 def test_no_plan_holds_more_live_workers_than_the_maximum(
-    snapshot: tuple[PoolPlanner, PoolState], offline: bool, decision: str
+    snapshot: tuple[PoolPlanner, PoolState], kind: Kind, decision: str
 ) -> None:
     planner, state = snapshot
     worker = next((v.id for v in state.workers if v.state is BUSY), None)
     if decision == "grow":
-        plan = planner.grow(state, offline)
+        plan = planner.grow(state, kind)
     elif decision == "replenish":
-        plan = planner.replenish(state, offline)
+        plan = planner.replenish(state, kind)
     elif worker is None:
         return
     else:
         plan = planner.retire(state, worker, "test")
     after = _after(state, plan)
     assert len(after.live()) <= max(planner.max_workers, len(state.live()))
-    assert after.waiting_online >= 0 and after.waiting_offline >= 0
+    assert all(n >= 0 for n in after.queued.values())
     retired = {a.worker_id for a in plan if isinstance(a, RetireWorker)}
     assert all(state.worker(r) is not None for r in retired)
+
+
+# --- workers bound to a session's shipped tools (SPEC A6) --------------------------------
+
+
+@pytest.mark.spec("A6")
+def test_A6_a_bound_kind_grows_by_making_room_and_never_counts_as_the_minimum() -> None:
+    bound = Binding("s1", b"payload").kind(False)
+    # Given a full pool with an idle plain worker, and a call of a session's tools
+    full = PoolState((w("w1", BUSY), w("w2", IDLE), w("w3", BUSY), w("w4", BUSY)), {bound: 1})
+    # Then the idle plain worker makes room for a worker of the binding
+    assert planner.grow(full, bound) == [
+        RetireWorker("w2", "to make room for another kind"),
+        StartWorker(bound),
+    ]
+    # Given a bound worker gone below the minimum: a plain one replaces it ...
+    below = PoolState((w("w1", BUSY),), {})
+    assert planner.replenish(below, bound) == [StartWorker(False, replacement=True)]
+    # ... and one of the binding's too when its calls wait
+    waiting = PoolState((w("w1", BUSY),), {bound: 1})
+    assert planner.replenish(waiting, bound) == [
+        StartWorker(False, replacement=True),
+        StartWorker(bound, replacement=True),
+    ]
+
+
+@pytest.mark.spec("A6")
+def test_A6_tools_that_do_not_load_fail_their_own_calls_alone() -> None:
+    bound = Binding("s1", b"payload").kind(True)
+    state = PoolState((w("w1", BUSY),), {False: 2, bound: 3})
+    # When a worker of the binding said its tools did not load
+    plan = planner.start_failed(state, bound, 1, "ModuleNotFoundError: x", final=True)
+    # Then only the binding's calls end, at once (no second try would load them)
+    assert plan == [FailWaiters("ModuleNotFoundError: x", bound)]
+    assert apply(state, plan[0]).queued == {False: 2}
+
+
+@pytest.mark.spec("A6")
+def test_A6_a_new_zygote_starts_workers_for_the_bindings_that_wait() -> None:
+    bound = Binding("s1", b"payload").kind(True)
+    state = PoolState((), {bound: 1})
+    actions = planner.zygote_started(state, offline=True)
+    assert actions == [StartWorker(True, replacement=True)] * 2 + [StartWorker(bound)]

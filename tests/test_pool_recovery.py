@@ -244,7 +244,7 @@ def test_L1_every_open_session_keeps_working_after_its_zygote_is_lost(
 
 def test_L1_planner_replaces_a_dead_zygote_then_retries_with_backoff_then_gives_up() -> None:
     planner = PoolPlanner(min_workers=2, max_workers=4, zygote_retries=3, zygote_backoff=0.25)
-    down = PoolState((), waiting_online=3, zygote_up=False)
+    down = PoolState((), {False: 3}, zygote_up=False)
     assert planner.zygote_died(down, "it was killed by SIGKILL", started=True) == [
         ReplaceZygote("the zygote died: it was killed by SIGKILL")
     ]
@@ -252,8 +252,8 @@ def test_L1_planner_replaces_a_dead_zygote_then_retries_with_backoff_then_gives_
         GiveUp("the zygote did not start: it exited with status 1")
     ]
     # No worker starts while the zygote is down: calls wait.
-    assert planner.grow(down, offline=False) == []
-    assert planner.replenish(down, offline=False) == []
+    assert planner.grow(down, False) == []
+    assert planner.replenish(down, False) == []
     delays = [planner.zygote_start_failed(down, n, "boom") for n in (1, 2, 3)]
     assert delays == [[ReplaceZygote("boom", d)] for d in (0.25, 0.5, 1.0)]
     (gave_up,) = planner.zygote_start_failed(down, 4, "boom")
@@ -267,7 +267,7 @@ def test_L1_planner_replaces_a_dead_zygote_then_retries_with_backoff_then_gives_
 
 def test_L1_planner_starts_the_minimum_and_the_waiting_calls_workers_on_a_new_zygote() -> None:
     planner = PoolPlanner(min_workers=2, max_workers=4)
-    up = PoolState((), waiting_online=3, waiting_offline=1)
+    up = PoolState((), {False: 3, True: 1})
     actions = planner.zygote_started(up, offline=True)
     assert actions[:2] == [StartWorker(True, replacement=True)] * 2
     assert actions[2:] == [StartWorker(False), StartWorker(False)]  # the maximum: 4 in all

@@ -113,3 +113,35 @@ def test_readme_best_of_n_example_forks_picks_and_commits(tmp_path: Path) -> Non
         env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
         printed = run(example, project, env).splitlines()
     assert printed == ["+    return a + b", "['calc.py']", "    return a + b"]
+
+
+@pytest.mark.spec("A5")
+def test_readme_session_tools_example_runs_against_a_daemon(tmp_path: Path) -> None:
+    """The agent's own function, shipped with its session, runs pytest in a worker."""
+    project = tmp_path / "project"
+    project.mkdir()
+    with running_daemon(tmp_path) as daemon:
+        env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
+        printed = run(_example("tools=[run_tests]"), project, env)
+    assert printed.strip() == "pytest exited 5"  # no tests in the project: pytest says 5
+
+
+SHELL = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+
+
+@pytest.mark.spec("E9")
+def test_readme_call_example_runs_as_written(tmp_path: Path) -> None:
+    """The `toolpool call` example, in a shell whose PATH has the virtual environment
+    (as the README says to activate it), in an empty directory: it makes its file."""
+    (example,) = [block for block in SHELL if "toolpool call read" in block]
+    project = tmp_path / "project"
+    project.mkdir()
+    with running_daemon(tmp_path) as daemon:
+        env = {**daemon_env(tmp_path), "TOOLPOOL_RUNTIME_DIR": str(daemon.runtime)}
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", example], cwd=project, env=env,
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (project / "notes.txt").read_text() == "hello there\n"

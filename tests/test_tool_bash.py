@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from toolpool.engine import Coordinator, Session
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.tool import InterruptBehavior
 from toolpool.tools.bash import MAX_OUTPUT_CHARS, bash
+from toolpool.tools.bash_runs import _kill_unstarted
 
 from .support import EventLog, until
 
@@ -182,6 +185,43 @@ async def test_cancel_ends_the_whole_tree(
     (result,) = await turn
     assert result.error_code is ErrorCode.INTERRUPTED
     assert await until_gone(mark) == []
+
+
+class _StatusPipe:
+    """A sandbox's status pipe as ``Confinement.finish`` reads it: to its end."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def finish(self) -> None:
+        while os.read(self.fd, 4096):
+            pass
+        os.close(self.fd)
+
+
+@pytest.mark.spec("S4")
+def test_a_sandbox_cancelled_before_its_start_was_seen_ends_with_what_it_started() -> None:
+    # Given a sandbox whose command started, setsid child and all, before its ready
+    # byte was read: they hold the status pipe's write end
+    status, ready = os.pipe()
+    process = subprocess.Popen(
+        ["bash", "-c", "setsid sleep 1000 & sleep 1000; wait"],
+        pass_fds=(ready,),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    os.close(ready)
+    deadline = time.monotonic() + 30  # a hang guard
+    while len(psutil.Process(process.pid).children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert len(children) == 2
+    # When a cancel ends it as a sandbox that did not start
+    _kill_unstarted(process, _StatusPipe(status))  # type: ignore[arg-type]
+    # Then its command went with it (else reading the status to its end never returns):
+    # what is left is in its exit (its files closed), gone within the hang guard
+    _, alive = psutil.wait_procs(children, timeout=20)
+    assert alive == []
 
 
 @pytest.fixture

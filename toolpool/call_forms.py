@@ -11,8 +11,11 @@ character a message could be broken with.
 The one call toolpool names is a read of a file's lines. Each profile spells it with
 its own read tool: ``read(path="src/app.py", offset=2001, limit=1400)`` in
 toolpool's, ``Read(file_path="src/app.py", offset=2001, limit=1400)`` in Claude
-Code's. Codex's tool set has no read tool (its model reads through ``shell``, which
-the register does not see), so nothing is named there: ``read_call`` gives None.
+Code's, the text editor's ``view`` with a ``view_range`` (first and last line) in
+Anthropic's: ``str_replace_based_edit_tool(command="view", path="src/app.py",
+view_range=[2001, 3400])``. Codex's and OpenAI's tool sets have no read tool (their
+models read through a shell, which the register does not see), so nothing is named
+there: ``read_call`` gives None.
 
 The read tool's spellings are owned here, low in the import graph, because the
 register's refusals (``file_reads.py``) and the turn's budget (``engine/budget.py``) word them;
@@ -30,16 +33,26 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class ReadForm:
     """A profile's read tool: its name and the argument that names the file (its
-    ``offset`` and ``limit`` are toolpool's: 1-based first line, number of lines)."""
+    ``offset`` and ``limit`` are toolpool's: 1-based first line, number of lines);
+    for a tool of several commands, the command that reads, whose lines are a
+    ``view_range`` (first and last, -1 for the end)."""
 
     tool: str
     path: str
+    command: str | None = None
 
 
 READ_FORMS: Mapping[str, ReadForm] = {
     "toolpool": ReadForm("read", "path"),
     "claude-code": ReadForm("Read", "file_path"),
+    "anthropic": ReadForm("str_replace_based_edit_tool", "path", command="view"),
 }
+
+
+def has_read_tool(profile: str) -> bool:
+    """Whether ``profile``'s tool set reads files with a tool of its own (the register
+    then sees its reads); Codex's and OpenAI's read through a shell."""
+    return profile in READ_FORMS
 
 
 def read_call(
@@ -52,6 +65,13 @@ def read_call(
     if form is None:
         return None
     words = [f"{form.path}={literal(path)}"]
+    if form.command is not None:
+        words.insert(0, f'command="{form.command}"')
+        first = offset if offset is not None and offset > 1 else 1
+        if limit is not None or first > 1:
+            last = -1 if limit is None else first + limit - 1
+            words.append(f"view_range=[{first}, {last}]")
+        return f"{form.tool}({', '.join(words)})"
     if offset is not None and offset > 1:
         words.append(f"offset={offset}")
     if limit is not None:

@@ -3,7 +3,7 @@
 toolpool daemon [run|start|stop|status] [flags]   the daemon (foreground by default)
 toolpool demo [--in-process]                      one realistic turn, events live
 toolpool call NAME JSON [NAME JSON …]            calls, one turn each, in one session
-toolpool tools [--format openai|anthropic|…] [--profile claude-code|codex]
+toolpool tools [--format openai|anthropic|…] [--profile claude-code|codex|openai|…]
                                                   the tools' definitions
 toolpool status [--json]                          workers, queue, sessions, sandbox
 toolpool doctor                                   the sandbox this machine offers
@@ -31,7 +31,7 @@ from toolpool.client.control import ExitCode
 from toolpool.errors import ToolpoolError
 
 FORMATS = ("toolpool", "openai", "openai-responses", "anthropic", "gemini", "langchain", "mcp")
-PROFILES = ("toolpool", "claude-code", "codex")  # toolpool.profiles.PROFILES (a test checks)
+PROFILES = ("toolpool", "claude-code", "codex", "openai", "anthropic")  # profiles.PROFILES
 
 
 def _console() -> Console:
@@ -215,6 +215,8 @@ def _cmd_call(args: argparse.Namespace) -> int:
     from toolpool.models import ToolCall
 
     calls = _parse_calls(args.calls)
+    if not Path(args.workspace).is_dir():  # a usage error, before any daemon is asked
+        raise UsageError(f"call: --workspace {args.workspace}: no such directory")
     console = _console()
     results = []
     with _client(args) as client, client.session(args.workspace) as session:
@@ -233,11 +235,14 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     """The daemon's tools when one answers (it knows the tools of its MCP servers too);
     else the configured tool modules', loaded here."""
     from toolpool.client import Client, DaemonUnavailable
+    from toolpool.client.control import left_out
 
     definitions = None
     try:
         with Client(args.endpoint, runtime_dir=args.runtime_dir) as client:
             definitions = client.tools(args.format, args.profile)
+            for line in left_out(client.status()):  # not listed: say why (E9)
+                _note(line)
     except DaemonUnavailable:
         if args.endpoint is not None or os.environ.get("TOOLPOOL_ENDPOINT"):
             raise  # that daemon was asked for by name
@@ -255,9 +260,9 @@ def _configured_tools(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.tool_modules:
         flags["tool_modules"] = ",".join(args.tool_modules)
     config = load_config(flags)
-    from toolpool.profiles import offers
+    from toolpool.profiles import lists
 
-    specs = [t for t in tool_registry(config.tool_modules) if offers(args.profile, t.name)]
+    specs = [t for t in tool_registry(config.tool_modules) if lists(args.profile, t.name)]
     if config.mcp_servers is not None:
         _note(f"no daemon runs: the tools of the MCP servers of {config.mcp_servers} are not here")
     if args.format == "toolpool":
@@ -278,16 +283,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    """The audit log's records; the file is ``--file``, else the configured one."""
+    """The audit log's records; the file is ``--file``, else the configured one, else
+    the one the last daemon started in the runtime dir kept."""
     from toolpool.client.audit import print_audit
 
     path = args.file
     if path is None:
         from toolpool.daemon.config import load_config
+        from toolpool.runtime import last_audit_log
 
-        path = load_config({"config": args.config}).audit_log
+        flags = {"config": args.config, "runtime_dir": args.runtime_dir}
+        config = load_config(flags, check_modules=False)
+        # The configured log, else the one the last daemon of the runtime dir kept (a
+        # daemon started with --audit-log says where it is).
+        path = config.audit_log or last_audit_log(config.runtime_dir)
         if path is None:
-            raise UsageError("audit: no audit log: set audit_log, or say --file PATH")
+            raise UsageError(
+                "audit: no audit log: set audit_log, or say --file PATH (no daemon was "
+                f"started with one in {config.runtime_dir})"
+            )
     print_audit(path, session=args.session, follow=args.follow, raw=args.json)
     return ExitCode.OK
 
@@ -447,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile",
         choices=PROFILES,
         default="toolpool",
-        help="the tools of this tool profile (claude-code: Claude Code's, codex: Codex CLI's)",
+        help="the tools of this tool profile (claude-code: Claude Code's, codex: Codex CLI's, "
+        "openai and anthropic: the tools those providers' APIs define)",
     )
     tools.add_argument("--config", help="TOML configuration file (when no daemon runs)")
     tools.add_argument("--tool-modules", action="append", metavar="A,B", help="when no daemon runs")
@@ -465,6 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="the audit log: one line per call (no daemon needed)")
     audit.add_argument("--file", type=Path, help="the log (default: the audit_log setting)")
     audit.add_argument("--config", help="TOML configuration file, for its audit_log")
+    audit.add_argument(
+        "--runtime-dir", type=Path, help="the daemon's runtime directory, for the log it kept"
+    )
     audit.add_argument("--session", help="only this session's calls")
     audit.add_argument("--follow", "-f", action="store_true", help="wait for new lines")
     audit.add_argument("--json", action="store_true", help="the records as JSON lines")
@@ -542,6 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command; no traceback for bad input, one prefix, one table of exit codes."""
     from toolpool.client import DaemonUnavailable
     from toolpool.daemon.config import ConfigError
+    from toolpool.runtime import PathSettingError
 
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -557,7 +576,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.FAILED
     except Exception as exc:
-        code, message = _exit_for(exc, (ConfigError, UsageError), DaemonUnavailable)
+        usage = (ConfigError, PathSettingError, UsageError)
+        code, message = _exit_for(exc, usage, DaemonUnavailable)
         if _debug():
             traceback.print_exc()
         _error(message)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from toolpool.client.control import left_out
 from toolpool.sandbox import SandboxProfile
 
 
@@ -33,6 +34,8 @@ def print_status(status: dict[str, Any], console: Console) -> None:
             "owner checks on root's files; a dedicated unprivileged user is the safer way "
             "to run the daemon"
         )
+    for line in left_out(status):  # what the daemon started without (E9)
+        console.print(f"[yellow]{escape(line)}[/]")
     console.print(f"[bold]sessions[/] {len(status['sessions'])}, clients {status['clients']}")
     for session_id, info in status["sessions"].items():
         failing = ", ".join(f"{t}: {n}" for t, n in info["breaker_failures"].items()) or "none"

@@ -112,6 +112,20 @@ class FunctionTool:
         permissions: Sequence[str] = (),
     ) -> None:
         self.fn = fn
+        # As given: ``tool(fn, **options)`` makes this tool again (a client ships a
+        # tool as its function and these, SPEC A5).
+        self.options: dict[str, Any] = {
+            "name": name,
+            "description": description,
+            "label": label,
+            "read_only": read_only,
+            "concurrency_safe": concurrency_safe,
+            "interrupt_behavior": interrupt_behavior,
+            "activity": activity,
+            "validate": validate,
+            "preview": preview,
+            "permissions": tuple(permissions),
+        }
         self.name: str = name or fn.__name__
         self.model, self._context_params, doc = _arguments_model(fn, self.name)
         self.description: str = description if description is not None else doc

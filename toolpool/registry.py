@@ -82,6 +82,7 @@ class ToolSpec:
         "_preview",
         "_read_only",
         "_validate",
+        "binding",
         "description",
         "execute_fn",
         "has_call_limits",
@@ -118,6 +119,9 @@ class ToolSpec:
         else:
             self.schema = dict(schema)
         self.tool = tool
+        # Where a client's shipped tool runs (SPEC A6): the pool's binding of its
+        # session, set by the daemon; None for the tools of the workers' own modules.
+        self.binding: Any = None
         self.name: str = name
         self.description: str = description
         self._label: Callable[[], str] | None = tool.label if isinstance(tool, Labeler) else None
@@ -387,6 +391,25 @@ class ToolRegistry:
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
+
+    def extended(self, tools: Iterable[Any]) -> ToolRegistry:
+        """A registry of these tools and ``tools`` beside them (a session's own, SPEC
+        A5); a name of one of these is a ToolDefinitionError naming it, and so is a
+        name two of ``tools`` share."""
+        extended = ToolRegistry(check_schemas=self._check_schemas)
+        extended._specs = dict(self._specs)
+        for tool in tools:
+            spec = (
+                tool
+                if isinstance(tool, ToolSpec)
+                else ToolSpec(tool, check_schema=self._check_schemas)
+            )
+            if spec.name in self._specs:
+                raise ToolDefinitionError(
+                    f"tool {spec.name!r}: a tool of that name is there already"
+                )
+            extended.add(spec)
+        return extended
 
     def names(self) -> list[str]:
         return list(self._specs)

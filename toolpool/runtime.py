@@ -21,7 +21,7 @@ import os
 import re
 import stat
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,9 @@ ENDPOINT_NAME = "daemon.json"
 PID_NAME = "daemon.pid"
 SCRATCH_PREFIX = "scratch-"  # + the daemon's pid: its sessions' scratch directories
 SPILL_PREFIX = "spill-"  # + the daemon's pid: frames waiting for clients that do not read
+# The audit log's path, written by the last daemon started here with one (SPEC R1): what
+# ``toolpool audit`` reads when no configuration names a log. Left when it stops.
+AUDIT_NAME = "audit-log"
 
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -46,6 +49,25 @@ def spill_name(call_id: str, suffix: str) -> str:
 
 class RuntimeDirError(ToolpoolError):
     """The runtime directory is not private to this user."""
+
+
+class PathSettingError(ToolpoolError, ValueError):
+    """A path a setting names cannot be used (made, opened): the message names the
+    setting, the path and why (SPEC E8) — a configuration error, never a raw OS one."""
+
+
+@contextlib.contextmanager
+def path_setting(setting: str, path: Path, doing: str) -> Iterator[None]:
+    """Within it, an OSError about ``path`` (or a RuntimeDirError) is a
+    PathSettingError: ``runtime_dir = '/x': it cannot be made: Permission denied``."""
+    try:
+        yield
+    except OSError as exc:
+        where = "" if exc.filename in (None, str(path)) else f" ({exc.filename})"
+        why = exc.strerror or str(exc)
+        raise PathSettingError(f"{setting} = {str(path)!r}: {doing}: {why}{where}") from None
+    except RuntimeDirError as exc:
+        raise PathSettingError(f"{setting} = {str(path)!r}: {exc}") from None
 
 
 def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -112,6 +134,16 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return state[state.rfind(b")") + 2 : state.rfind(b")") + 3] != b"Z"
+
+
+def last_audit_log(directory: Path) -> Path | None:
+    """The audit log of the last daemon started in ``directory`` with one (SPEC R1),
+    once the directory is checked (ours, X10); None when there was none."""
+    try:
+        check_trusted_dir(directory)
+        return Path((directory / AUDIT_NAME).read_text().strip()) or None
+    except FileNotFoundError:
+        return None
 
 
 def read_endpoint(directory: Path) -> dict[str, Any] | None:

@@ -118,6 +118,24 @@ def _write_oci(where: Path, layer: bytes) -> None:
     (where / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
 
 
+def _argv0(process: psutil.Process) -> str | None:
+    """Its program, or None when it ended since it was listed (another session's
+    short-lived helper, a pasta starting up)."""
+    try:
+        argv = process.cmdline()
+    except psutil.Error:
+        return None
+    return argv[0] if argv else None
+
+
+def _rss(process: psutil.Process) -> int:
+    """Its resident bytes; 0 when it ended since it was listed."""
+    try:
+        return int(process.memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
 def _one(
     client: Any, daemon_pid: int, workspace: Path, options: dict[str, Any]
 ) -> dict[str, float]:
@@ -134,7 +152,7 @@ def _one(
         holder = psutil.Process(int(box["pid"]))
         processes = [holder, holder.parent(), *holder.children(recursive=True)]  # + bwrap
         processes += [  # pasta (a child of the daemon, as "passt.avx2" or "pasta")
-            p for p in psutil.Process(daemon_pid).children() if _cmdline(p)[:1] == [PASTA]
+            p for p in psutil.Process(daemon_pid).children() if _argv0(p) == PASTA
         ]
         rss = sum(_rss(p) for p in processes if p is not None)
         df = ToolCall("d", "bash", {"command": "df -B1 --output=used /tmp | tail -1"})
@@ -174,19 +192,3 @@ def report(data: dict[str, Any]) -> list[str]:
             f"{row['idle_tmp_bytes']:.0f} | {row['idle_layer_bytes']:.0f} |"
         )
     return lines
-
-
-def _rss(process: psutil.Process) -> int:
-    """A process's resident memory; 0 for one that ended since it was listed (a
-    command's init still on its way out when the sandbox's processes were listed)."""
-    try:
-        return int(process.memory_info().rss)
-    except psutil.NoSuchProcess:
-        return 0
-
-
-def _cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return list(process.cmdline())
-    except psutil.NoSuchProcess:
-        return []

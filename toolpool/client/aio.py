@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -227,19 +227,22 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
         workspace: str | Path,
         *,
         on_approval: AsyncApprovalHandler | None = None,
+        tools: Sequence[Any] = (),
         **options: Any,
     ) -> _SessionOpener:
         """Open a session (await it, or use it as an async context manager). Options
-        as for ``toolpool.Client.session``; ``on_approval`` may be async."""
-        return _SessionOpener(self, workspace, on_approval, options)
+        and ``tools`` as for ``toolpool.Client.session``; ``on_approval`` may be
+        async."""
+        return _SessionOpener(self, workspace, on_approval, options, tools)
 
     async def _open(
         self,
         workspace: str | Path,
         on_approval: AsyncApprovalHandler | None,
         options: dict[str, Any],
+        tools: Sequence[Any],
     ) -> AsyncSession:
-        opening = self._conn.open_session(workspace, options, on_approval)
+        opening = self._conn.open_session(workspace, options, on_approval, tools)
         return AsyncSession(self, await self._run(opening))
 
     async def status(self) -> dict[str, Any]:
@@ -259,8 +262,9 @@ class _SessionOpener:
         workspace: str | Path,
         on_approval: AsyncApprovalHandler | None,
         options: dict[str, Any],
+        tools: Sequence[Any],
     ) -> None:
-        self._args = (workspace, on_approval, options)
+        self._args = (workspace, on_approval, options, tools)
         self._client = client
         self._session: AsyncSession | None = None
 

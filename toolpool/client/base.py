@@ -13,6 +13,7 @@ from toolpool.client.connection import Connection
 from toolpool.client.core import TurnItem, TurnLog, resolve_endpoint
 from toolpool.client.errors import ClientTimeout, DaemonUnavailable, RequestFailed
 from toolpool.client.operation import TurnCursor
+from toolpool.protocol import ShippedTool
 
 S = TypeVar("S", bound="zmq.Socket[Any]")
 C = TypeVar("C", bound="ClientBase[Any]")
@@ -103,6 +104,12 @@ class SessionBase(Generic[C]):
         self.client = client
         self.id = session_id
         self._conn: Connection = client._conn
+
+    @property
+    def shipped_tools(self) -> tuple[ShippedTool, ...]:
+        """The tools this session's client shipped with it (SPEC A5), as the daemon
+        was told of them: name, description, schema and fixed answers."""
+        return self._conn.shipped.get(self.id, ())
 
 
 class TurnBase(Generic[SessionT]):

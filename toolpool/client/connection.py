@@ -85,6 +85,8 @@ class Connection:
         self._submits: dict[str, TurnLog] = {}  # a Submit's log, by request id, to be
         self._turns: dict[str, TurnLog] = {}  # turns still running, by id
         self._handlers: dict[str, ApprovalHandler | None] = {}  # by session id
+        # The tools each session shipped (SPEC A5), by session id: what a toolbox lists.
+        self.shipped: dict[str, tuple[wire.ShippedTool, ...]] = {}
         self._chunks = wire.Reassembly()
         self._chunking = False  # a stream of chunks has begun and not ended
         self._received = 0  # bytes of frames from the daemon, acknowledged in steps
@@ -201,26 +203,40 @@ class Connection:
         return self._request(wire.Hello(self._next_id(), client=name), welcomed, timeout, late)
 
     def open_session(
-        self, workspace: str | os.PathLike[str], options: dict[str, Any], on: ApprovalHandler | None
+        self,
+        workspace: str | os.PathLike[str],
+        options: dict[str, Any],
+        on: ApprovalHandler | None,
+        tools: Sequence[Any] = (),
     ) -> Operation[str]:
-        """A session's id; ``on`` answers its approval requests."""
+        """A session's id; ``on`` answers its approval requests; ``tools`` are
+        functions of this program, shipped for the session alone (SPEC A5: a
+        ``ShippingError`` when one cannot be, before anything is sent)."""
+        packed: wire.ShippedTools | None = None
 
         def opened(reply: wire.Message) -> str:
             session_id = expect(reply, wire.SessionOpened).session_id
             self._handlers[session_id] = on
+            if packed is not None:
+                self.shipped[session_id] = packed.tools
             return session_id
 
         try:  # the check the daemon makes too (E6): refused here, with its words
             checked = SessionOptions.parse(options)
         except SessionOptionError as exc:
             raise RequestFailed(wire.FailureCode.BAD_REQUEST.value, str(exc)) from None
+        if tools:
+            from toolpool.client.shipping import pack  # dill, only for a client that ships
+
+            packed = pack(tools)
         path = os.path.abspath(workspace)
-        message = wire.OpenSession(self._next_id(), path, checked.to_wire())
+        message = wire.OpenSession(self._next_id(), path, checked.to_wire(), packed)
         return self._request(message, opened)
 
     def close_session(self, session_id: str) -> Operation[None]:
         """Best effort: nothing to do on a connection that is gone."""
         self._handlers.pop(session_id, None)
+        self.shipped.pop(session_id, None)
         if self.failure is not None:
             return Condition(self, lambda: True, lambda: None)
         message = wire.CloseSession(self._next_id(), session_id)

@@ -19,11 +19,17 @@ import time
 from collections.abc import Sequence
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from toolpool.client import Client, ClientError
 from toolpool.errors import ToolpoolError
-from toolpool.runtime import ensure_private, process_alive, read_endpoint, running_pid
+from toolpool.runtime import (
+    ensure_private,
+    path_setting,
+    process_alive,
+    read_endpoint,
+    running_pid,
+)
 from toolpool.sandbox.terminate import Escalation, terminate
 
 # Seconds the daemon gets, past its drain_grace, to stop after the first SIGTERM …
@@ -60,7 +66,8 @@ def start_background(
     logs to ``log_file`` when given, else ``daemon.log`` in the runtime directory.
     What it did goes to ``out`` (stdout by default), failures to stderr."""
     out = out or sys.stdout
-    runtime = ensure_private(runtime)
+    with path_setting("runtime_dir", runtime, "it cannot be made"):
+        runtime = ensure_private(runtime)
     pid = running_pid(runtime)
     if pid is not None:
         print(f"toolpool daemon is already running (pid {pid})", file=out)
@@ -71,8 +78,7 @@ def start_background(
         argv += ["--log-file", str(log_file)]
     # Its stderr goes to the log too: what it prints before its logging is set up, or
     # a traceback it could not log, is then in the tail shown when it fails to start.
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "ab") as errors:
+    with _opened_log(log_file) as errors:
         start = errors.tell()  # what this run writes begins here (SPEC E2)
         process = subprocess.Popen(
             argv,
@@ -91,9 +97,14 @@ def start_background(
             )
             return ExitCode.FAILED
         endpoint = read_endpoint(runtime)
-        if endpoint is not None and endpoint.get("pid") == process.pid and _answers(runtime):
+        status = None
+        if endpoint is not None and endpoint.get("pid") == process.pid:
+            status = _answers(runtime, full=True)
+        if endpoint is not None and isinstance(status, dict):
             where = endpoint["ipc"] + (f" and {endpoint['tcp']}" if endpoint.get("tcp") else "")
             print(f"toolpool daemon started (pid {process.pid}), listening on {where}", file=out)
+            for line in left_out(status):
+                print(f"toolpool: note: {line}", file=sys.stderr)
             return ExitCode.OK
         time.sleep(0.1)
     print(
@@ -101,6 +112,13 @@ def start_background(
         file=sys.stderr,
     )
     return ExitCode.FAILED
+
+
+def _opened_log(log_file: Path) -> BinaryIO:
+    """The daemon's log, opened for its stderr; a PathSettingError naming log_file."""
+    with path_setting("log_file", log_file, "it cannot be opened"):
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        return open(log_file, "ab")
 
 
 def ensure_running(
@@ -177,7 +195,21 @@ def status_background(runtime: Path) -> int:
         f"{len(status['sessions'])} sessions, {status['clients']} clients, workers "
         + ", ".join(f"{n} {state}" for state, n in workers.items() if n)
     )
+    for line in left_out(status):
+        print(f"  {line}")
     return ExitCode.OK
+
+
+def left_out(status: dict[str, Any]) -> list[str]:
+    """What the daemon started without, in words (its ``status``: SPEC E9): an MCP
+    server that could not be reached, a tool of one that toolpool cannot use."""
+    lines = []
+    for item in status.get("mcp_left_out") or ():
+        what = f"MCP server {item.get('server')!r}"
+        if item.get("tool"):
+            what = f"MCP tool {item.get('tool')!r} of server {item.get('server')!r}"
+        lines.append(f"{what} is left out: {item.get('reason')}")
+    return lines
 
 
 def _answers(runtime: Path, full: bool = False) -> bool | dict[str, Any]:

@@ -35,3 +35,9 @@ class RequestFailed(ClientError):
         super().__init__(f"{message} [{code}]")
         self.code = code
         self.message = message
+
+
+class ShippingError(ClientError):
+    """A session tool cannot be shipped (SPEC A5): it is no function, an option the
+    daemon decides on is a function, or something it holds cannot be pickled. The
+    message names the tool and what stands in the way; nothing was sent."""

@@ -240,6 +240,7 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         workspace: str | Path,
         *,
         on_approval: ApprovalHandler | None = None,
+        tools: Sequence[Any] = (),
         **options: Any,
     ) -> Session:
         """Open a session on ``workspace``. ``options`` are those of
@@ -248,8 +249,12 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         turn_output_chars, on_error, tool_profile), checked before anything is sent:
         a bad one is a ``RequestFailed`` (code ``bad_request``) naming it, as the
         daemon would refuse it. ``on_approval(request)`` answers the gate's questions
-        (True, False, or (False, "reason"))."""
-        return Session(self, self._run(self._conn.open_session(workspace, options, on_approval)))
+        (True, False, or (False, "reason")). ``tools``: functions of this program (or
+        ``@tool`` functions) that the session offers beside the daemon's, shipped by
+        value and run in the daemon's workers under the session's limits (SPEC A5; a
+        ``ShippingError`` names one that cannot be shipped)."""
+        opening = self._conn.open_session(workspace, options, on_approval, tools)
+        return Session(self, self._run(opening))
 
     def status(self) -> dict[str, Any]:
         return self._run(self._conn.status())

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.client.aio import AsyncClient, AsyncSession, AsyncTurn
+from toolpool.client.base import SessionBase
 from toolpool.client.core import ApprovalRequested, TurnItem
 from toolpool.client.errors import ClientError, ClientProtocolError
 from toolpool.client.sync import Client, Session, Turn
@@ -63,6 +64,16 @@ class ToolDefinition:
             bool(hints.get("readOnlyHint", False)),
             data.get("title") or data["name"],
         )
+
+
+def _shipped(session: SessionBase[Any] | None) -> list[ToolDefinition]:
+    """The tools the session's client shipped with it (SPEC A5), as definitions."""
+    if session is None:
+        return []
+    return [
+        ToolDefinition(t.name, t.description, dict(t.schema), t.read_only, t.label)
+        for t in session.shipped_tools
+    ]
 
 
 def gate_asks(options: dict[str, Any], tool: ToolDefinition) -> bool:
@@ -194,11 +205,13 @@ class AsyncToolbox:
         self._router = asyncio.ensure_future(self._route(self.turn))
 
     async def definitions(self) -> list[ToolDefinition]:
-        """The tools the session is offered (its profile's), asked once."""
+        """The tools the session is offered (its profile's, and those it shipped:
+        ``tools=[…]``, SPEC A5), asked once."""
         if self._definitions is None:
             profile = self.options.get("tool_profile", "toolpool")
             listed = await self.client.tools("mcp", profile)
             self._definitions = [ToolDefinition.from_mcp(d) for d in listed]
+            self._definitions += _shipped(self.session)
         return list(self._definitions)
 
     async def call(
@@ -338,6 +351,7 @@ class Toolbox:
             profile = self.options.get("tool_profile", "toolpool")
             listed = self.client.tools("mcp", profile)
             self._definitions = [ToolDefinition.from_mcp(d) for d in listed]
+            self._definitions += _shipped(self.session)
         return list(self._definitions)
 
     def call(

@@ -216,6 +216,10 @@ class Branching:
     # -- forks -----------------------------------------------------------------------
 
     def _fork_options(self, entry: SessionEntry, overrides: dict[str, Any]) -> SessionOptions:
+        if entry.binding is not None:
+            # Its shipped tools run on workers bound to it alone (A6); a fork would need
+            # workers of its own loading them again: not done, and said.
+            raise BranchRefused("a session with shipped tools (A5) cannot be forked")
         kept = [name for name in _KEPT if name in overrides]
         if kept:
             raise BranchRefused(

@@ -92,6 +92,12 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("curve_secret_key", PathKind(), "the server's CURVE key file (zmq.auth format)"),
     _setting("curve_authorized_keys", PathKind(), "a directory of the clients' public keys"),
     _setting("tool_modules", _MODULES, "modules whose tools the daemon offers"),
+    _setting(
+        "session_tools",
+        Choice(("local", "any", "off")),
+        "who may ship tools of their program with a session (A5): clients on the Unix "
+        "socket (local), TCP clients too (any), none (off)",
+    ),
     _setting("min_workers", Integer(0), "pre-started workers"),
     _setting("max_workers", Integer(1), "the most workers; past them, calls queue"),
     _setting("max_tool_concurrency", Integer(1), "safe calls of a turn run side by side"),
@@ -212,6 +218,9 @@ class DaemonConfig:
     curve_secret_key: Path | None = None  # the server's key file (zmq.auth format)
     curve_authorized_keys: Path | None = None  # a directory of clients' public keys
     tool_modules: tuple[str, ...] = ("toolpool.tools",)
+    # Who may ship tools with a session (SPEC A6): the Unix socket's clients, the
+    # daemon's own user; "any": TCP clients too; "off": none.
+    session_tools: str = "local"
     min_workers: int = 2
     max_workers: int = 4
     max_tool_concurrency: int = 10
@@ -289,11 +298,22 @@ _DEFAULTS = {
 }
 
 
+def shown(value: Any) -> str:
+    """A setting's value as a message shows it: as it is written (SPEC E8) — a path
+    as its text, a list comma-separated as a flag gives it — never a Python repr."""
+    if isinstance(value, Path):
+        value = str(value)
+    elif isinstance(value, tuple | list | frozenset | set):
+        items = sorted(value) if isinstance(value, frozenset | set) else value
+        value = ",".join(str(item) for item in items)
+    return repr(value)
+
+
 def _check_relations(get: Callable[[str], Any], sources: Mapping[str, str]) -> None:
     """What no single setting can say: the settings together (``get`` gives a value)."""
 
     def named(name: str) -> str:
-        return f"{name} = {get(name)!r} ({sources.get(name, DEFAULT)})"
+        return f"{name} = {shown(get(name))} ({sources.get(name, DEFAULT)})"
 
     if get("min_workers") > get("max_workers"):
         raise ConfigError(
@@ -340,12 +360,12 @@ def check_tool_modules(modules: tuple[str, ...], source: str) -> None:
                 found = False
             except Exception as exc:  # a parent package that fails as it is imported
                 raise ConfigError(
-                    f"{source}: tool_modules = {modules!r}: importing {ref!r} failed: "
+                    f"{source}: tool_modules = {shown(modules)}: importing {ref!r} failed: "
                     f"{type(exc).__name__}: {exc}"
                 ) from None
         if not found:
             raise ConfigError(
-                f"{source}: tool_modules = {modules!r}: no module {ref!r} "
+                f"{source}: tool_modules = {shown(modules)}: no module {ref!r} "
                 "(expected an importable module name or a .py file)"
             )
 

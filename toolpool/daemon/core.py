@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from toolpool.daemon.audit import AuditLog, Auditor
 from toolpool.daemon.clients import Cancellable, Clients, Transport
 from toolpool.daemon.records import Address, BadRequest
 from toolpool.daemon.sessions import Sessions
+from toolpool.daemon.shipped import SessionTools
 from toolpool.daemon.status import daemon_status, tool_definitions
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.turn import Turn
@@ -77,8 +78,16 @@ class DaemonCore:
         max_sessions: int = 1024,
         audit: AuditLog | None = None,
         network: str = "open",
+        session_tools: SessionTools = SessionTools.LOCAL,
+        is_local: Callable[[Address], bool] = lambda _: True,
+        mcp_left_out: Sequence[Mapping[str, str]] = (),
     ) -> None:
+        """``session_tools`` and ``is_local``: who may ship tools with a session, and
+        whether a client came over the Unix socket (``Sessions``, SPEC A6);
+        ``mcp_left_out``: the MCP servers and tools left out at start, which
+        ``status`` tells (SPEC E9)."""
         self.coordinator = coordinator
+        self.mcp_left_out = [dict(item) for item in mcp_left_out]
         self.pool = pool
         self.auditor = None if audit is None else Auditor(audit)
         self.clients = Clients(
@@ -98,6 +107,8 @@ class DaemonCore:
             max_sessions=max_sessions,
             auditor=self.auditor,
             network=network,
+            session_tools=session_tools,
+            is_local=is_local,
         )
         self.started_at = time.time()
         if pool is not None:  # its background shells are capped per client too (L9)
@@ -216,6 +227,7 @@ class DaemonCore:
             started_at=self.started_at,
             closing=len(self.sessions.closing),
             approvals=len(self.sessions.approvals),
+            mcp_left_out=self.mcp_left_out,
         )
 
     def tools(self, format: str) -> list[dict[str, Any]]:

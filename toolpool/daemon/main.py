@@ -23,22 +23,26 @@ from toolpool.daemon import logs
 from toolpool.daemon.audit import AuditLog, AuditLogRefused
 from toolpool.daemon.config import DaemonConfig, tool_registry
 from toolpool.daemon.server import Server, curve_keys, is_loopback
+from toolpool.daemon.shipped import SessionTools
 from toolpool.engine.coordinator import Coordinator
 from toolpool.errors import ToolpoolError
 from toolpool.images import default_cache_root
-from toolpool.mcp.bridges import import_mcp_servers
+from toolpool.mcp.bridges import Imported, import_mcp_servers
 from toolpool.mcp.config import McpConfigError
 from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
 from toolpool.pool.shell_process import remove_stale_shells
 from toolpool.registry import ToolRegistry
 from toolpool.runtime import (
+    AUDIT_NAME,
     ENDPOINT_NAME,
     PID_NAME,
     SCRATCH_PREFIX,
     SOCKET_NAME,
     SPILL_PREFIX,
+    PathSettingError,
     ensure_private,
+    path_setting,
     private_dir,
     process_alive,
     running_pid,
@@ -67,12 +71,20 @@ def _check_tcp(config: DaemonConfig) -> tuple[bytes, bytes] | None:
         return None
     if config.curve_authorized_keys is None:
         raise DaemonError("curve_secret_key needs curve_authorized_keys (clients' public keys)")
-    return curve_keys(config.curve_secret_key)
+    path = config.curve_secret_key
+    with path_setting("curve_secret_key", path, "it cannot be read"):
+        try:
+            return curve_keys(path)
+        except ValueError as exc:  # a file, but not zmq.auth's key file
+            raise PathSettingError(
+                f"curve_secret_key = {str(path)!r}: no CURVE secret key in it ({exc})"
+            ) from None
 
 
 async def serve(config: DaemonConfig) -> int:
     """Run the daemon until SIGTERM/SIGINT; return its exit status."""
-    runtime = ensure_private(config.runtime_dir)
+    with path_setting("runtime_dir", config.runtime_dir, "it cannot be made"):
+        runtime = ensure_private(config.runtime_dir)
     other = running_pid(runtime)
     if other is not None:
         raise DaemonError(f"a daemon is already running (pid {other}) in {runtime}")
@@ -81,12 +93,12 @@ async def serve(config: DaemonConfig) -> int:
     _remove_stale_run_directories(runtime)
     try:
         mcp_servers = import_mcp_servers(config.mcp_servers, runtime / f"mcp-{os.getpid()}")
-        async with mcp_servers as mcp_modules:
-            tool_modules = (*config.tool_modules, *mcp_modules)
+        async with mcp_servers as imported:
+            tool_modules = (*config.tool_modules, *imported.tool_modules)
             # The tools are loaded here before any worker starts: a module that fails
             # is one line naming it (SPEC E2), not a zygote's traceback in the log.
             registry = tool_registry(tool_modules)
-            return await _serve(config, runtime, curve, tool_modules, registry)
+            return await _serve(config, runtime, curve, tool_modules, registry, imported)
     except McpConfigError as exc:
         raise DaemonError(str(exc)) from exc
 
@@ -139,6 +151,7 @@ async def _serve(
     curve: tuple[bytes, bytes] | None,
     tool_modules: tuple[str, ...],
     registry: ToolRegistry,
+    imported: Imported,
 ) -> int:
     pool = WorkerPool(
         PoolConfig(
@@ -193,6 +206,7 @@ async def _serve(
     )
     try:
         audit = _open_audit_log(config)
+        _note_audit_log(runtime, config)
     except Exception:
         await pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -209,6 +223,8 @@ async def _serve(
         spill_dir=spill,
         audit=audit,
         network=config.network,
+        session_tools=SessionTools(config.session_tools),
+        mcp_left_out=imported.left_out,
     )
     authenticator = None
     try:
@@ -315,6 +331,17 @@ def _open_audit_log(config: DaemonConfig) -> AuditLog | None:
         raise DaemonError(f"{setting}: it cannot be opened: {exc.strerror or exc}") from exc
 
 
+def _note_audit_log(runtime: Path, config: DaemonConfig) -> None:
+    """Where this daemon's audit log is, for ``toolpool audit`` to find it without
+    the configuration that named it (a flag): kept in the runtime dir after a stop,
+    gone when a daemon starts there without one (SPEC R1)."""
+    pointer = runtime / AUDIT_NAME
+    if config.audit_log is None:
+        pointer.unlink(missing_ok=True)
+    else:
+        write_private(pointer, os.path.abspath(config.audit_log))
+
+
 def _start_authenticator(
     server: Server, pool: WorkerPool, config: DaemonConfig, curve: bool
 ) -> PeerGuard:
@@ -375,7 +402,11 @@ def run_foreground(config: DaemonConfig) -> int:
     """Run the daemon; 0 when it stopped. A reason not to start (a ToolpoolError: the
     daemon's own, a tool module's, the pool's) is logged and raised, for the command
     line to say in one line; so is anything else that ends it at start."""
-    logs.configure(config.log_level, config.log_file)
+    if config.log_file is None:
+        logs.configure(config.log_level, None)
+    else:
+        with path_setting("log_file", config.log_file, "it cannot be opened"):
+            logs.configure(config.log_level, config.log_file)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             code = runner.run(serve(config))

@@ -11,6 +11,7 @@ from toolpool.engine.gate import Gate
 from toolpool.engine.hold import Hold
 from toolpool.engine.session import Session
 from toolpool.engine.turn import Turn
+from toolpool.pool import Binding
 from toolpool.protocol import FailureCode
 from toolpool.session_options import SessionOptions
 
@@ -40,6 +41,7 @@ class SessionEntry:
     turn_of_call: dict[str, str] = field(default_factory=dict)
     between: set[BetweenTurns] = field(default_factory=set)
     checkpoints: bool = False  # a turn's end is a checkpoint (B1)
+    binding: Binding | None = None  # the pool's side of its shipped tools (SPEC A6)
 
 
 @dataclass(eq=False)

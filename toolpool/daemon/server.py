@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from toolpool.daemon.audit import AuditLog
 from toolpool.daemon.clients import ClientGone
 from toolpool.daemon.core import DaemonCore
 from toolpool.daemon.records import Address
+from toolpool.daemon.shipped import SessionTools
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.turn import Turn
 from toolpool.pool import WorkerPool
@@ -58,6 +60,8 @@ class Server:
         spill_dir: Path | None = None,
         audit: AuditLog | None = None,
         network: str = "open",
+        session_tools: SessionTools = SessionTools.LOCAL,
+        mcp_left_out: Sequence[Mapping[str, str]] = (),
     ) -> None:
         self.ping_interval = ping_interval
         self.client_stall_seconds = client_stall_seconds
@@ -77,6 +81,9 @@ class Server:
             max_sessions=max_sessions,
             audit=audit,
             network=network,
+            session_tools=session_tools,
+            is_local=self.is_local,
+            mcp_left_out=mcp_left_out,
         )
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._raw: list[zmq.Socket[bytes]] = []  # bound, not yet driven by the loop
@@ -172,6 +179,11 @@ class Server:
         except zmq.ZMQError as exc:
             # EHOSTUNREACH: the client's connection is gone.
             raise ClientGone(exc.strerror) from None
+
+    def is_local(self, address: Address) -> bool:
+        """Whether a client came over a Unix socket (made 0600: the daemon's own user)."""
+        index = address[0]
+        return index < len(self.endpoints) and self.endpoints[index].startswith("ipc://")
 
     def _on_frames(self, index: int, frames: list[bytes]) -> None:
         self.core.receive((index, frames[0]), frames[1:])

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolpool.daemon.approvals import Approvals
@@ -23,10 +23,13 @@ from toolpool.daemon.branching import Branching
 from toolpool.daemon.clients import Clients
 from toolpool.daemon.network import SessionNetworks
 from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEntry
+from toolpool.daemon.shipped import SessionTools, admit
+from toolpool.egress.rules import NetworkPolicy
 from toolpool.engine.approvals import make_gate
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
 from toolpool.engine.turn import Turn, new_turn_id
+from toolpool.errors import ToolDefinitionError
 from toolpool.images import ImageError
 from toolpool.models import (
     ToolCall,
@@ -53,6 +56,7 @@ from toolpool.protocol import (
     event_to_wire,
 )
 from toolpool.providers import parse_tool_calls
+from toolpool.registry import ToolSpec
 from toolpool.session_options import ImageRoot, SessionOptionError, SessionOptions
 
 log = logging.getLogger("toolpool.daemon")
@@ -70,7 +74,11 @@ class Sessions:
         max_sessions: int,
         auditor: Auditor | None,
         network: str = "open",
+        session_tools: SessionTools = SessionTools.LOCAL,
+        is_local: Callable[[Address], bool] = lambda _: True,
     ) -> None:
+        """``session_tools``: who may ship tools with a session (SPEC A6);
+        ``is_local(address)``: whether a client came over the daemon's Unix socket."""
         self.coordinator = coordinator
         self.pool = pool
         self.clients = clients
@@ -79,6 +87,8 @@ class Sessions:
         self.max_sessions_per_client = max_sessions_per_client
         self.max_sessions = max_sessions
         self.auditor = auditor
+        self.session_tools = session_tools
+        self.is_local = is_local
         self.table: dict[str, SessionEntry] = {}
         self.draining = False
         self.closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
@@ -120,7 +130,9 @@ class Sessions:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         self._admit_environment(options)
         self.networks.admit(options, message.options)
-        entry = self.add(client, message.workspace, options)
+        shipped = self._admit_tools(client, message)
+        payload = None if message.tools is None else message.tools.payload
+        entry = self.add(client, message.workspace, options, shipped=(shipped, payload))
         self.clients.send(client.address, SessionOpened(message.request_id, entry.session.id))
 
     def add(
@@ -130,9 +142,12 @@ class Sessions:
         options: SessionOptions,
         *,
         forked_from: SessionEntry | None = None,
+        shipped: tuple[list[ToolSpec], bytes | None] = ([], None),
     ) -> SessionEntry:
         """A new session of ``client``'s on ``workspace`` with ``options`` (checked),
-        in the tables; a fork's layers are its branches' (B3). Raises BadRequest."""
+        in the tables; a fork's layers are its branches' (B3); ``shipped``: the tools
+        the client ships with it, admitted, and their pickle (A6). Raises BadRequest."""
+        shipped_specs, payload = shipped
         try:
             # The gate is the daemon's to carry out (it asks the client): the engine's
             # session has the rest.
@@ -141,7 +156,10 @@ class Sessions:
                 options=dataclasses.replace(
                     options, gate=GateMode.ALLOW, policy=(), approval_timeout=None
                 ),
+                tools=shipped_specs,
             )
+        except ToolDefinitionError as exc:  # a shipped tool's name is the daemon's
+            raise BadRequest(FailureCode.BAD_REQUEST, f"session tools refused: {exc}") from None
         except (ValueError, TypeError, OSError) as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         timeout = (
@@ -154,18 +172,39 @@ class Sessions:
         if gate is not None and self.auditor is not None:
             gate = _audited(gate, entry, self.auditor)
         entry.gate = gate
+        if shipped_specs and self.pool is not None and payload is not None:
+            # Their calls run on workers of their own, which load the pickle (A6).
+            # A policy session's run in its network namespace (N11), as its calls do.
+            egress = isinstance(options.network, NetworkPolicy)
+            entry.binding = self.pool.bind(session.id, payload, egress=egress)
+            for spec in shipped_specs:
+                spec.binding = entry.binding
         self.table[session.id] = entry
         self.networks.opened(entry)
         client.sessions.add(session.id)
         if forked_from is None:
             self.branching.opened(entry)
         log.info(
-            "session opened on %s (gate %s)",
+            "session opened on %s (gate %s%s)",
             session.workspace,
             options.gate.value,
+            f"; shipped tools: {', '.join(s.name for s in shipped_specs)}" if shipped_specs else "",
             extra={"session": session.id, "client": client.address[1].hex()},
         )
         return entry
+
+    def _admit_tools(self, client: ClientState, message: OpenSession) -> list[ToolSpec]:
+        """The specs of the tools the client ships with the session (none: none), or
+        ``BadRequest`` saying why not (SPEC A6): its way in, the Python that pickled
+        them, each name and schema. Nothing of their code is run or unpickled."""
+        if message.tools is None:
+            return []
+        if self.pool is None:
+            raise BadRequest(
+                FailureCode.BAD_REQUEST, "session tools refused: they need a worker pool"
+            )
+        local = self.is_local(client.address)
+        return admit(message.tools, self.session_tools, local=local)
 
     def _admit_environment(self, options: SessionOptions) -> None:
         """Refuse, at open, an image root this daemon would not use (V13): images
@@ -206,6 +245,8 @@ class Sessions:
             self.branching.closed(entry)
             if self.pool is not None:
                 await self.pool.shells.end_session(session_id)
+                if entry.binding is not None:  # its bound workers retire (A6)
+                    self.pool.unbind(entry.binding)
             self.coordinator.close_session(entry.session)
             log.info("session closed", extra={"session": session_id})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolpool.daemon.records import Address, ClientState, SessionEntry
@@ -13,6 +13,17 @@ from toolpool.engine.coordinator import Coordinator
 from toolpool.pool import WorkerPool
 from toolpool.providers import definitions
 from toolpool.session_options import DEFAULT_LAYER_BYTES, ImageRoot, SessionOptions
+
+
+def _shipped(entry: SessionEntry) -> list[str]:
+    """The names of the tools the session's client shipped (its own, beside ours)."""
+    return [spec.name for spec in entry.session.tools if spec.binding is entry.binding]
+
+
+def _bound(pool: WorkerPool | None, entry: SessionEntry) -> list[int]:
+    if pool is None or entry.binding is None:
+        return []
+    return pool.bound_workers(entry.binding)
 
 
 def daemon_status(
@@ -25,6 +36,7 @@ def daemon_status(
     started_at: float,
     closing: int,
     approvals: int,
+    mcp_left_out: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """Sessions (their background shells too), clients and what waits for them, the
     pool's workers, the sandbox."""
@@ -45,6 +57,8 @@ def daemon_status(
             "sandboxes": sandboxes.get(session_id, []),  # V1: network, state, pid
             "environment": _environment(entry.session.options, pool, session_id),
             "network": _network(entry.session.options, pool, session_id),
+            "shipped_tools": [] if entry.binding is None else _shipped(entry),  # A5
+            "bound_workers": _bound(pool, entry),  # A6: the pids of its tools' workers
         }
     status: dict[str, Any] = {
         "pid": os.getpid(),
@@ -65,6 +79,8 @@ def daemon_status(
         "max_tool_concurrency": coordinator.max_tool_concurrency,
         "max_tool_errors": coordinator.max_tool_errors,
         "running_as_root": os.geteuid() == 0,
+        # MCP servers, and tools of theirs, the daemon started without (SPEC E9).
+        "mcp_left_out": list(mcp_left_out),
     }
     if pool is not None:
         workers = pool.statistics()

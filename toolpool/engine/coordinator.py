@@ -108,6 +108,7 @@ class Coordinator:
         *,
         session_id: str | None = None,
         options: SessionOptions | None = None,
+        tools: Sequence[Any] = (),
         **given: Any,
     ) -> Session:
         """Open a session on ``workspace`` with ``options``, or with the options
@@ -115,9 +116,12 @@ class Coordinator:
         allow_network, max_tool_errors, limits, max_tool_concurrency,
         turn_output_chars, on_error, tool_profile, shell), checked here: a bad one is a
         SessionOptionError (a ValueError) naming it. Unset ones take the
-        coordinator's settings. ``gate``, ``policy`` and ``approval_timeout`` are a
-        daemon's: this coordinator's gate is a function (``Coordinator(gate=…)``,
-        ``submit(gate=…)``), and it refuses them."""
+        coordinator's settings. ``tools`` are the session's own, beside the
+        coordinator's (the daemon's client-shipped tools, SPEC A5): they run where the
+        executor runs tools; a name the coordinator has is a ToolDefinitionError.
+        ``gate``, ``policy`` and ``approval_timeout`` are a daemon's: this
+        coordinator's gate is a function (``Coordinator(gate=…)``, ``submit(gate=…)``),
+        and it refuses them."""
         if options is not None and given:
             raise TypeError("open_session takes options or keywords, not both")
         if options is None:
@@ -131,6 +135,7 @@ class Coordinator:
             )
         if session_id is not None and session_id in self.sessions:
             raise ValueError(f"session {session_id} is already open")
+        registry = self.registry.extended(tools) if tools else self.registry
         session = Session(
             workspace,
             options=options,
@@ -138,6 +143,7 @@ class Coordinator:
             scratch_root=self.scratch_root,
             max_tool_errors=self.max_tool_errors,
             turn_output_chars=self.turn_output_chars,
+            tools=registry,
         )
         if session.id in self.sessions:  # a random id met an open one
             raise ValueError(f"session {session.id} is already open")

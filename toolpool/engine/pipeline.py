@@ -120,7 +120,9 @@ class Flight:
 
 
 class Pipeline:
-    """Runs single calls through P1-P12 for the tools of ``registry``."""
+    """Runs single calls through P1-P12; a call's tool is looked up in its session's
+    tools (``Session.tools``: ``registry``, the coordinator's, unless the session has
+    tools of its own beside them)."""
 
     def __init__(
         self,
@@ -185,7 +187,7 @@ class Pipeline:
             return self.end_unstarted(call, session, emit, result, share=share)
 
         if spec is None:
-            spec = self.registry.get(call.name)
+            spec = session.tools.get(call.name)
         if spec is None:
             label, activity = call.name, None
         else:
@@ -208,7 +210,7 @@ class Pipeline:
         call, spec, session = flight.call, flight.spec, flight.session
         # P4, in the session's profile (F12); P5, checked when the turn was planned.
         if spec is None or not session.offers(call.name):
-            message = not_offered(session.tool_profile, call.name, self.registry.names())
+            message = not_offered(session.tool_profile, call.name, session.tools.names())
             self.finish(flight, ToolResult.error(call, ErrorCode.TOOL_NOT_FOUND, message))
             return
         if call.arguments_error is not None:  # nothing to coerce or validate
@@ -262,7 +264,7 @@ class Pipeline:
     ) -> ToolResult:
         """End a call that never entered the pipeline proper (P1, P2, S4, S5): a
         tool_start and a tool_end all the same (P12), nothing else."""
-        spec = self.registry.get(call.name)
+        spec = session.tools.get(call.name)
         emit(
             new_tool_start(
                 call.id, call.name, call.arguments, spec.label() if spec else call.name, None

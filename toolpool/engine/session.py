@@ -6,8 +6,13 @@ before it has ended, then begins in a callback of the loop.
 ``turn_output_chars`` bounds the text of each of its turns (SPEC L4, ``budget.py``;
 0: no bound).
 
-Its ``tool_profile`` ("toolpool", "claude-code", "codex": toolpool.profiles) says
-whose tool names its calls use (SPEC F12).
+Its ``tool_profile`` ("toolpool", "claude-code", "codex", "openai", "anthropic":
+toolpool.profiles) says whose tool names its calls use (SPEC F12); in an
+``anthropic`` session the names Anthropic gives its own tools (``bash``) mean those
+tools, and its turns rename such calls as they take them (``named``, F17).
+
+Its ``tools`` are the tools its calls may name: the coordinator's registry, or one
+with the session's own tools beside them (a client's shipped tools, SPEC A5).
 
 Its scratch directory (spill files: bash's in ``bash/``, cut results' in ``output/``)
 is ``<scratch_root>/<session id>``, created mode 0700 when the session opens and
@@ -18,11 +23,12 @@ private temporary one of its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,7 +39,8 @@ from toolpool.engine.breaker import Breaker
 from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS
 from toolpool.file_reads import FileReadRegister
 from toolpool.models import ToolCall
-from toolpool.profiles import offers
+from toolpool.profiles import call_names, offers
+from toolpool.registry import ToolRegistry
 from toolpool.runtime import private_dir
 from toolpool.sandbox.limits import Limits
 from toolpool.session_options import ImageRoot, SessionOptions, Shell, WorkspaceMode
@@ -61,7 +68,8 @@ class SessionStatistics:
 class Session:
     """``options`` are the session's (``toolpool.session_options``, checked there);
     ``max_tool_errors`` and ``turn_output_chars`` are the coordinator's, for the
-    options that leave them unset."""
+    options that leave them unset; ``tools`` the registry its calls are looked up in
+    (the coordinator's, or one with the session's own tools in it; none: empty)."""
 
     def __init__(
         self,
@@ -72,6 +80,7 @@ class Session:
         scratch_root: Path | None = None,
         max_tool_errors: int = 3,
         turn_output_chars: int = DEFAULT_TURN_OUTPUT_CHARS,
+        tools: ToolRegistry | None = None,
     ) -> None:
         options = options or SessionOptions()
         root = Path(workspace).resolve()
@@ -80,6 +89,7 @@ class Session:
         self.id = session_id or uuid.uuid4().hex[:12]
         self.workspace = root
         self.options = options
+        self.tools = ToolRegistry() if tools is None else tools
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
         self.network_policy = (
@@ -101,6 +111,7 @@ class Session:
         )
         self.on_error = options.on_error
         self.tool_profile = options.tool_profile  # whose tool names (F12)
+        self._call_names = call_names(self.tool_profile)  # empty but for "anthropic"
         self.files = FileReadRegister()
         self._turns: deque[Begins] = deque()  # the running turn first, then those waiting
         # Private (0700) before any tool writes there; removed by close().
@@ -141,6 +152,18 @@ class Session:
                 asyncio.get_running_loop().call_soon(self._turns[0].begin)
         elif turn in self._turns:
             self._turns.remove(turn)
+
+    def named(self, calls: Sequence[ToolCall]) -> Sequence[ToolCall]:
+        """``calls`` with the names the session's profile gives another tool renamed
+        to that tool's (``bash`` → ``anthropic_bash`` in an ``anthropic`` session);
+        the same sequence when there is nothing to rename."""
+        names = self._call_names
+        if not names or not any(call.name in names for call in calls):
+            return calls
+        return [
+            dataclasses.replace(call, name=names[call.name]) if call.name in names else call
+            for call in calls
+        ]
 
     def offers(self, tool: str) -> bool:
         """Whether this session's calls may use ``tool``: its profile's tools and those

@@ -128,6 +128,7 @@ class Turn:
         hold: Hold | None = None,
         message_events: bool = True,
     ) -> None:
+        calls = session.named(calls)  # F17: Anthropic's names, in its profile's sessions
         ids = [c.id for c in calls]
         if len(set(ids)) != len(ids):
             raise ValueError("call ids within a turn must be unique")
@@ -221,6 +222,7 @@ class Turn:
         stopped = self._scheduler is not None and self._scheduler.stopped
         if self._closed or stopped or self.state is TurnState.DONE:
             raise ValueError("the turn is closed or stopped: it takes no new calls")
+        calls = self.session.named(calls)
         ids = {c.id for c in self.calls}
         new_ids = [c.id for c in calls]
         if len(set(new_ids)) != len(new_ids) or ids & set(new_ids):
@@ -280,7 +282,7 @@ class Turn:
     # -- running -------------------------------------------------------------------
 
     def _plan(self, call: ToolCall) -> CallPlan:
-        spec = self._pipeline.registry.get(call.name)
+        spec = self.session.tools.get(call.name)
         if spec is None:
             # An unknown tool ends at P4 without running anything: nothing to protect.
             return CallPlan(safe=True, cancel_on_interrupt=True)

@@ -6,9 +6,11 @@ server of the ``mcpServers`` file, in parallel, and waits for each one's tools. 
 writes them to a file in the daemon's runtime directory and names that file in
 ``$TOOLPOOL_MCP_TOOLS``, which the coordinator and the zygote (and so every worker)
 inherit; the tool module ``toolpool.mcp.imported`` builds the same proxy tools from
-it in each of them. A server that cannot be reached is logged and left out: the
-daemon runs without its tools. On the way out the bridges are stopped — asked by
-closing their stdin, then ended with their whole process tree.
+it in each of them. A server that cannot be reached, or a tool toolpool cannot use,
+is logged and left out: the daemon runs without it, and its ``status`` (so ``daemon
+start``, ``status`` and ``tools``) says what was left out and why. On the way out the
+bridges are stopped — asked by closing their stdin, then ended with their whole
+process tree.
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ START_TIMEOUT = 40.0  # the bridge's own connect timeout (30 s), and its start-u
 STOP_GRACE = 6.0
 
 
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """What the daemon got of its MCP servers: the tool module to load for their tools,
+    and what was left out — ``{"server": …, "reason": …}``, with ``"tool"`` for a tool
+    left out of a server that started."""
+
+    tool_modules: tuple[str, ...] = ()
+    left_out: tuple[dict[str, str], ...] = ()
+
+
 @dataclass(eq=False)
 class BridgeProcess:
     """A running bridge, and what it said when it started."""
@@ -68,6 +80,7 @@ class McpBridges:
         self.tools_file = directory / "tools.json"
         self.bridges: list[BridgeProcess] = []
         self.entries: list[dict[str, Any]] = []  # the tools file: one entry per proxy tool
+        self.left_out: list[dict[str, str]] = []  # servers and tools left out, and why
 
     @property
     def tool_modules(self) -> tuple[str, ...]:
@@ -80,7 +93,7 @@ class McpBridges:
             *(self._start_one(i, server) for i, server in enumerate(servers))
         )
         self.bridges = [b for b in started if b is not None]
-        self.entries = _entries(self.bridges)
+        self.entries = _entries(self.bridges, self.left_out)
         write_tools_file(self.tools_file, self.entries)
         os.environ[TOOLS_FILE_ENV] = str(self.tools_file)
 
@@ -108,6 +121,7 @@ class McpBridges:
         else:
             bridge.tools, bridge.error = ready.tools, ready.error
         if bridge.error:
+            self.left_out.append({"server": server.name, "reason": bridge.error})
             log.error(
                 "MCP server %s is left out: %s%s",
                 server.name,
@@ -155,9 +169,12 @@ async def _stop(bridge: BridgeProcess) -> None:
         await process.wait()
 
 
-def _entries(bridges: Sequence[BridgeProcess]) -> list[dict[str, Any]]:
+def _entries(
+    bridges: Sequence[BridgeProcess], left_out: list[dict[str, str]]
+) -> list[dict[str, Any]]:
     """One tools-file entry per usable tool. A tool whose schema toolpool cannot use,
-    or whose name is taken, is logged and left out rather than failing the daemon."""
+    or whose name is taken, is logged and left out (into ``left_out``) rather than
+    failing the daemon."""
     entries: list[dict[str, Any]] = []
     names: set[str] = set()
     for bridge in bridges:
@@ -177,11 +194,14 @@ def _entries(bridges: Sequence[BridgeProcess]) -> list[dict[str, Any]]:
                 ToolSpec(proxy)
             except (ToolDefinitionError, TypeError, ValueError) as exc:
                 log.warning("MCP tool %s/%s is left out: %s", bridge.config.name, tool, exc)
+                left_out.append({"server": bridge.config.name, "tool": tool, "reason": str(exc)})
                 continue
             if name in names:
                 log.warning(
                     "MCP tool %s/%s is left out: %s is taken", bridge.config.name, tool, name
                 )
+                reason = f"{name} is taken"
+                left_out.append({"server": bridge.config.name, "tool": tool, "reason": reason})
                 continue
             names.add(name)
             entries.append(entry)
@@ -189,17 +209,17 @@ def _entries(bridges: Sequence[BridgeProcess]) -> list[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def import_mcp_servers(path: Path | None, directory: Path) -> AsyncIterator[tuple[str, ...]]:
+async def import_mcp_servers(path: Path | None, directory: Path) -> AsyncIterator[Imported]:
     """While in the context, the bridges of the servers in ``path`` (an ``mcpServers``
-    JSON file; none when None) run; it gives the tool modules to load for them.
-    ``McpConfigError`` for a file that cannot be used."""
+    JSON file; none when None) run; it gives the tool modules to load for them and
+    what was left out. ``McpConfigError`` for a file that cannot be used."""
     if path is None:
-        yield ()
+        yield Imported()
         return
     servers = load_mcp_servers(path)
     bridges = McpBridges(directory)
     try:
         await bridges.start(servers)
-        yield bridges.tool_modules
+        yield Imported(bridges.tool_modules, tuple(bridges.left_out))
     finally:
         await bridges.close()

@@ -13,7 +13,8 @@ that runs the engine's calls on them.
   pool through ``WorkerEvents``;
 - ``calls.py``: the outcomes a call can end with;
 - ``processes.py``: the zygote, the workers' socket and cgroups, their termination;
-- ``workers.py``: the records (settings, a worker, a call, and their states; outcomes);
+- ``workers.py``: the records (settings, a worker, a call, and their states; outcomes;
+  the kinds of worker, a session's binding of its shipped tools among them);
 - ``zygote.py``: the handle of the zygote process (``toolpool.worker.zygote``);
 - ``peers.py``: the ZeroMQ ZAP guard that tells who may connect to a socket;
 - ``executor.py``: ``PoolExecutor``, the engine's executor interface over the pool.
@@ -23,6 +24,14 @@ from __future__ import annotations
 
 from toolpool.pool.executor import PoolExecutor
 from toolpool.pool.pool import WorkerPool
-from toolpool.pool.workers import PoolConfig, PoolError, PoolOutcome, PoolStatistics
+from toolpool.pool.workers import Binding, PoolConfig, PoolError, PoolOutcome, PoolStatistics
 
-__all__ = ["PoolConfig", "PoolError", "PoolExecutor", "PoolOutcome", "PoolStatistics", "WorkerPool"]
+__all__ = [
+    "Binding",
+    "PoolConfig",
+    "PoolError",
+    "PoolExecutor",
+    "PoolOutcome",
+    "PoolStatistics",
+    "WorkerPool",
+]

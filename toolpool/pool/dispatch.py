@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol
 
-from toolpool.pool.bound import BoundWorkers
 from toolpool.pool.calls import answered, call_end, failed, killed, lost, overran, unstarted
 from toolpool.pool.holding import Rules, plan
 from toolpool.pool.planner import CallEnd
@@ -27,6 +26,7 @@ from toolpool.pool.workers import (
     Call,
     CallState,
     Escalation,
+    Kind,
     OutcomeStatus,
     PoolConfig,
     PoolOutcome,
@@ -61,7 +61,7 @@ class Keeper(Protocol):
     def retire(self, worker: Worker, reason: str) -> None:
         """Shut ``worker`` down once its calls are over, and replace it."""
 
-    def grow(self, offline: bool) -> None:
+    def grow(self, kind: Kind) -> None:
         """Start workers, if the pool may, for the calls of this kind that wait."""
 
 
@@ -75,17 +75,9 @@ class Dispatch:
         self.supervisor = supervisor
         self.shells = shells
         self.keeper = keeper
-        # Calls waiting for a worker, by kind (offline or not), first come first served.
-        self.queues: dict[bool, deque[Call]] = {False: deque(), True: deque()}
-        # Policy sessions' calls wait for workers of their own (bound.py, N11).
-        self.bound = BoundWorkers(
-            supervisor,
-            shells.sandboxes.egress,
-            self._give,
-            self.end,
-            self.shut_down_when_free,
-            config.max_workers,
-        )
+        # Calls waiting for a worker, by kind (offline or not; a binding's: ``bind``),
+        # first come first served.
+        self.queues: dict[Kind, deque[Call]] = {False: deque(), True: deque()}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.open = False
         self.broken: str | None = None  # why no call can run any more
@@ -101,14 +93,28 @@ class Dispatch:
         """A new call waits for a worker: it is given one at the end of this turn of
         the event loop, with the others that came in it."""
         call.untrack = call.token.on_cancel(call.cancelled)
-        if call.bound:
-            self.bound.add(call)
-            return
-        self.queues[call.offline].append(call)
+        self.queues[call.kind].append(call)
         self._flush_soon()
 
-    def waiting(self, offline: bool) -> int:
-        return len(self.queues[offline])
+    def waiting(self, kind: Kind) -> int:
+        queue = self.queues.get(kind)
+        return 0 if queue is None else len(queue)
+
+    def waiting_kinds(self) -> dict[Kind, int]:
+        """How many calls wait, by kind (the kinds some wait for)."""
+        return {kind: len(queue) for kind, queue in self.queues.items() if queue}
+
+    def bind(self, kinds: Sequence[Kind]) -> None:
+        """Calls of these kinds (a binding's) may come: their queues."""
+        for kind in kinds:
+            self.queues.setdefault(kind, deque())
+
+    def unbind(self, kinds: Sequence[Kind], why: str) -> None:
+        """No call of these kinds comes any more: those waiting end (``why``), and
+        their queues go."""
+        for kind in kinds:
+            self.fail_queued(why, kind)
+            self.queues.pop(kind, None)
 
     def held(self) -> int:
         """Calls given a busy worker, behind its running one."""
@@ -130,10 +136,7 @@ class Dispatch:
         running, the worker is told, and killed after ``cancel_grace``."""
         state = call.state
         if state is _QUEUED:
-            if call.bound:
-                self.bound.remove(call)
-            else:
-                self.queues[call.offline].remove(call)
+            self.queues[call.kind].remove(call)
             self.end(call, unstarted())
         elif state is _HELD:
             if not call.cancel_sent:
@@ -155,13 +158,13 @@ class Dispatch:
         if not self.open:
             return
         workers = self.supervisor.workers.values()
-        for offline, queue in self.queues.items():
-            if not queue and not self._holding(offline):
+        for kind, queue in self.queues.items():
+            if not queue and not self._holding(kind):
                 continue
             decided = plan(
                 queue,
                 workers,
-                offline,
+                kind,
                 max_workers=self.config.max_workers,
                 at_max=self._at_max,
                 below_max=self._below_max,
@@ -169,9 +172,9 @@ class Dispatch:
             for worker, calls in decided.frames:
                 self._give(worker, calls)
             if decided.frames:
-                self.queues[offline] = deque(c for c in queue if c.state is _QUEUED)
+                self.queues[kind] = deque(c for c in queue if c.state is _QUEUED)
             if decided.waiting:
-                self.keeper.grow(offline)
+                self.keeper.grow(kind)
             for call in decided.recalls:  # to run on a worker that has nothing to do
                 call.recalled = True
                 self._send_cancel(call, running=False)
@@ -227,12 +230,11 @@ class Dispatch:
                 self.end(call, unstarted())
             elif not self.open or self.broken is not None:
                 self.end(call, failed(self.broken or "the pool is closed"))
-            elif call.bound:
-                call.state = _QUEUED
-                self.bound.add(call)
+            elif call.kind not in self.queues:  # its binding ended meanwhile
+                self.end(call, failed("its session's tools were unbound (the session closed)"))
             else:
                 call.state = _QUEUED
-                queue = self.queues[call.offline]
+                queue = self.queues[call.kind]
                 at = 0
                 while at < len(queue) and queue[at].ticket < call.ticket:
                     at += 1
@@ -296,8 +298,11 @@ class Dispatch:
                 call = self._from(worker, message.call_id)
                 if call is None:
                     return
-                if worker.bound:  # what its proxy said of the call, while it is the call's
-                    self.bound.ending_call()
+                binding = worker.binding
+                if binding is not None and binding.egress:
+                    # What the proxy said of the call, read while the worker's token
+                    # still names it (N7).
+                    self.shells.sandboxes.egress.drain()
                 worker.given.popleft()
                 retries = message.usage.get("sandbox_retries")
                 if retries:
@@ -400,7 +405,7 @@ class Dispatch:
                 self.keeper.retire(worker, reason)
             elif not worker.given:
                 self.release(worker)
-            elif self.queues[worker.offline]:
+            elif self.queues.get(worker.kind):
                 self._flush_soon()  # a place behind its running call is free
         self.end(call, outcome)
 
@@ -414,19 +419,23 @@ class Dispatch:
     def release(self, worker: Worker) -> None:
         """The worker is free: it idles, and takes waiting calls at the end of this
         turn of the loop — or, with none waiting, calls held elsewhere."""
-        if worker.state is _DEAD or worker.state is _RETIRING:
+        if worker.state is _DEAD:
             return
-        if worker.bound:
-            self.bound.release(worker)
+        if worker.state is _RETIRING:  # retired before it was ready (its binding ended)
+            self.shut_down_when_free(worker)
             return
         worker.state = _IDLE
-        if self.queues[False] or self.queues[True] or self._holding(worker.offline):
+        for queue in self.queues.values():
+            if queue:
+                self._flush_soon()
+                return
+        if self._holding(worker.kind):
             self._flush_soon()
 
-    def _holding(self, offline: bool) -> bool:
+    def _holding(self, kind: Kind) -> bool:
         """Whether a worker of this kind holds calls (a loop: this runs after most calls)."""
         for worker in self.supervisor.workers.values():
-            if len(worker.given) > 1 and worker.offline == offline:
+            if len(worker.given) > 1 and worker.kind == kind:
                 return True
         return False
 
@@ -465,8 +474,10 @@ class Dispatch:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def fail_queued(self, why: str) -> None:
-        for queue in self.queues.values():
+    def fail_queued(self, why: str, kind: Kind | None = None) -> None:
+        """End the calls waiting (for a worker of ``kind`` alone, when given)."""
+        for each, queue in self.queues.items():
+            if kind is not None and each != kind:
+                continue
             while queue:
                 self.end(queue.popleft(), failed(why))
-        self.bound.fail_all(why)

@@ -105,7 +105,8 @@ class SessionEgress:
         self.on_ask: Ask | None = None
         self.on_record: Callable[[dict[str, Any]], None] | None = None
         self.ending: list[Callable[[str], None]] = []  # told as a policy session ends
-        # The call a bound worker runs now, by its id (bound.py): what its token means.
+        # The call a policy session's worker runs now, by its id (the pool's): what its
+        # token means.
         self.call_of_worker: Callable[[str], str] = lambda worker_id: ""
         self.started = 0  # proxy processes started (status)
         self._closed = False

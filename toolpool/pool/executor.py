@@ -154,7 +154,7 @@ class PoolExecutor:
         pool = self.pool
         frames = self._frames(self._context(ctx, network, view, egress), wire)
         ticket = pool.ticket()
-        frame = frames.frame(call.id, call.name, call.arguments, stamps, ticket, request.stage)
+        execute = frames.execute(call.id, call.name, call.arguments, stamps, ticket, request.stage)
         token = ctx.cancel_token
 
         def finished(outcome: PoolOutcome) -> None:
@@ -168,11 +168,8 @@ class PoolExecutor:
             else:
                 done(self._result(call, outcome, token))
 
-        pool.submit_frame(
-            frame,
-            call.id,
-            ticket,
-            frames.context,
+        pool.submit(
+            execute,
             network=network,
             token=token,
             on_progress=ctx.progress,
@@ -181,6 +178,7 @@ class PoolExecutor:
             # Only validate and preview would run: no more read-only than they are.
             holdable=request.stage is not Stage.PREPARE and spec.read_only(call.arguments),
             on_preview=request.on_preview,
+            binding=spec.binding,  # a session's shipped tool: its own workers (A6)
         )
 
     def _mount_view(self, request: ExecutionRequest, done: Done, context: CallContext) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from toolpool.pool.workers import Call, CallState, Worker, WorkerState
+from toolpool.pool.workers import Call, CallState, Kind, Worker, WorkerState
 
 Frame = tuple[Worker, list[Call]]
 
@@ -53,13 +53,13 @@ class Plan:
 def plan(
     queue: Sequence[Call],
     workers: Iterable[Worker],
-    offline: bool,
+    kind: Kind,
     *,
     max_workers: int,
     at_max: Rules,
     below_max: Rules,
 ) -> Plan:
-    """The plan for ``queue`` (the calls waiting for a worker of kind ``offline``).
+    """The plan for ``queue`` (the calls waiting for a worker of ``kind``).
     Calls wait at busy workers (``at_max``'s rules) only where no worker of their own
     can be had soon: the pool is at ``max_workers``, with none of the kind starting."""
     idle: list[Worker] = []
@@ -69,7 +69,7 @@ def plan(
         state = worker.state
         if state is not WorkerState.RETIRING and state is not WorkerState.DEAD:
             live += 1
-        if worker.offline == offline and not worker.bound:
+        if worker.kind == kind:
             if state is WorkerState.IDLE:
                 idle.append(worker)
             elif state is WorkerState.BUSY:

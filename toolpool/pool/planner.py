@@ -11,8 +11,10 @@ the order the pool carries them out (``WorkerPool._perform``). Every action of a
 is applied to the snapshot (``apply``) before the next one is decided, so a plan never
 holds more than ``max_workers`` live workers.
 
-Two kinds of worker exist: offline ones (no network: a network namespace of their
-own) and online ones; a call waits for a worker of its kind.
+Workers are of a kind (``workers.Kind``): offline ones (no network: a network
+namespace of their own) and online ones, and those bound to one session's shipped
+tools (SPEC A6), offline or not; a call waits for a worker of its kind. Every kind
+counts towards ``max_workers``; the minimum (``min_workers``) is kept of plain ones.
 
 While the zygote is down (it died, with every worker it forked: SPEC L1) no worker
 can start: calls wait, and the planner decides when to try a new zygote and when to
@@ -22,11 +24,11 @@ give up.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from toolpool.pool.workers import PoolConfig, WorkerState
+from toolpool.pool.workers import Kind, PoolConfig, WorkerState, plain
 
 MAX_START_FAILURES = 3  # workers failing to start in a row: whoever waits gets an error
 ZYGOTE_RETRIES = 4  # new zygotes that fail to start are tried again this often, then: give up
@@ -39,7 +41,7 @@ class WorkerLike(Protocol):
     @property
     def id(self) -> str: ...
     @property
-    def offline(self) -> bool: ...
+    def kind(self) -> Kind: ...
     @property
     def state(self) -> WorkerState: ...
     @property
@@ -51,7 +53,7 @@ class WorkerLike(Protocol):
 @dataclass(frozen=True, slots=True)
 class WorkerView:
     id: str
-    offline: bool
+    kind: Kind
     state: WorkerState
     calls: int = 0
     rss: int = 0
@@ -60,16 +62,15 @@ class WorkerView:
 @dataclass(frozen=True, slots=True)
 class PoolState:
     """A snapshot of the pool: its workers that are not dead (in start order) and how
-    many calls wait for a worker of each kind."""
+    many calls wait for a worker of each kind (``queued``: the kinds some wait for)."""
 
     workers: Sequence[WorkerLike] = ()
-    waiting_online: int = 0
-    waiting_offline: int = 0
+    queued: Mapping[Kind, int] = field(default_factory=dict)
     open: bool = True
     zygote_up: bool = True  # False from a zygote's death until its replacement started
 
-    def waiting(self, offline: bool) -> int:
-        return self.waiting_offline if offline else self.waiting_online
+    def waiting(self, kind: Kind) -> int:
+        return self.queued.get(kind, 0)
 
     def worker(self, worker_id: str) -> WorkerLike | None:
         return next((w for w in self.workers if w.id == worker_id), None)
@@ -84,7 +85,7 @@ class PoolState:
 
 @dataclass(frozen=True, slots=True)
 class StartWorker:
-    offline: bool
+    kind: Kind
     replacement: bool = False  # it replaces a worker that ended or retired
 
 
@@ -98,9 +99,11 @@ class RetireWorker:
 
 @dataclass(frozen=True, slots=True)
 class FailWaiters:
-    """Workers cannot be had: every waiting call gets an error."""
+    """Workers cannot be had: every waiting call gets an error — of ``kind`` alone,
+    when given (a session's tools that do not load in a worker)."""
 
     reason: str
+    kind: Kind | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,18 +130,21 @@ def apply(state: PoolState, action: Action) -> PoolState:
 
     def with_state(worker_id: str, new: WorkerState) -> tuple[WorkerLike, ...]:
         return tuple(
-            WorkerView(w.id, w.offline, new, w.calls, w.rss) if w.id == worker_id else w
+            WorkerView(w.id, w.kind, new, w.calls, w.rss) if w.id == worker_id else w
             for w in state.workers
         )
 
     match action:
-        case StartWorker(offline=offline):
-            started = WorkerView(f"(new {len(state.workers)})", offline, WorkerState.STARTING)
+        case StartWorker(kind=kind):
+            started = WorkerView(f"(new {len(state.workers)})", kind, WorkerState.STARTING)
             return dataclasses.replace(state, workers=(*state.workers, started))
         case RetireWorker(worker_id=worker_id):
             return dataclasses.replace(state, workers=with_state(worker_id, WorkerState.RETIRING))
-        case FailWaiters() | GiveUp():
-            return dataclasses.replace(state, waiting_online=0, waiting_offline=0)
+        case FailWaiters(kind=None) | GiveUp():
+            return dataclasses.replace(state, queued={})
+        case FailWaiters(kind=kind):
+            queued = {k: n for k, n in state.queued.items() if k != kind}
+            return dataclasses.replace(state, queued=queued)
         case ReplaceZygote():
             return state
 
@@ -176,31 +182,27 @@ class PoolPlanner:
         """The workers to start with."""
         return [StartWorker(offline) for _ in range(self.min_workers)]
 
-    def grow(self, state: PoolState, offline: bool) -> list[Action]:
+    def grow(self, state: PoolState, kind: Kind) -> list[Action]:
         """Start workers for the calls of this kind that no starting worker will
-        serve, up to the maximum; make room by retiring idle workers of the other
+        serve, up to the maximum; make room by retiring idle workers of another
         kind."""
         actions: list[Action] = []
         if not state.zygote_up:
             return actions  # they wait for the new zygote's workers
         starting = sum(
-            1 for w in state.live() if w.state is WorkerState.STARTING and w.offline == offline
+            1 for w in state.live() if w.state is WorkerState.STARTING and w.kind == kind
         )
-        for _ in range(state.waiting(offline) - starting):
+        for _ in range(state.waiting(kind) - starting):
             if len(state.live()) >= self.max_workers:
                 other = next(
-                    (
-                        w
-                        for w in state.live()
-                        if w.state is WorkerState.IDLE and w.offline != offline
-                    ),
+                    (w for w in state.live() if w.state is WorkerState.IDLE and w.kind != kind),
                     None,
                 )
                 if other is None:
                     break
-                actions.append(RetireWorker(other.id, "to make room for the other kind"))
+                actions.append(RetireWorker(other.id, "to make room for another kind"))
                 state = apply(state, actions[-1])
-            actions.append(StartWorker(offline))
+            actions.append(StartWorker(kind))
             state = apply(state, actions[-1])
         return actions
 
@@ -228,30 +230,37 @@ class PoolPlanner:
         if worker is None or worker.state in (WorkerState.DEAD, WorkerState.RETIRING):
             return []
         actions: list[Action] = [RetireWorker(worker_id, reason)]
-        return actions + self.replenish(apply(state, actions[0]), worker.offline)
+        return actions + self.replenish(apply(state, actions[0]), worker.kind)
 
-    def replenish(self, state: PoolState, offline: bool) -> list[Action]:
+    def replenish(self, state: PoolState, kind: Kind) -> list[Action]:
         """A worker of this kind has gone (ended or retired): start a replacement
-        when the pool is below its minimum or calls of its kind wait."""
+        when the pool is below its minimum (a plain one) or calls of its kind wait."""
         if not state.open or not state.zygote_up:
             return []
+        actions: list[Action] = []
         if len(state.live()) < self.min_workers:
-            return [StartWorker(offline, replacement=True)]
-        if state.waiting(offline):
-            return [
+            actions.append(StartWorker(plain(kind), replacement=True))
+            if plain(kind) == kind:
+                return actions
+            state = apply(state, actions[0])
+        if state.waiting(kind):
+            actions += [
                 dataclasses.replace(a, replacement=True) if isinstance(a, StartWorker) else a
-                for a in self.grow(state, offline)
+                for a in self.grow(state, kind)
             ]
-        return []
+        return actions
 
     def start_failed(
-        self, state: PoolState, offline: bool, failures: int, why: str
+        self, state: PoolState, kind: Kind, failures: int, why: str, *, final: bool = False
     ) -> list[Action]:
         """A worker failed to start, the ``failures``-th time in a row: try again for
         whoever waits, or give up when starting more would fail the same way (a tool
-        module that does not import…)."""
+        module that does not import…). ``final``: it will (a session's shipped tools
+        that do not load): the calls waiting for its kind end at once."""
+        if final:
+            return [FailWaiters(why, kind)]
         if failures < self.max_start_failures:
-            return self.grow(state, offline)
+            return self.grow(state, kind)
         return [FailWaiters(f"workers fail to start: {why}")]
 
     # -- the zygote (SPEC L1) -------------------------------------------------------------
@@ -284,7 +293,9 @@ class PoolPlanner:
         for _ in range(max(self.min_workers - len(state.live()), 0)):
             actions.append(StartWorker(offline, replacement=True))
             state = apply(state, actions[-1])
-        for kind in (offline, not offline):
+        bound = [k for k in state.queued if not isinstance(k, bool)]
+        kinds: list[Kind] = [offline, not offline, *bound]
+        for kind in kinds:
             for action in self.grow(state, kind):
                 actions.append(action)
                 state = apply(state, action)

@@ -57,8 +57,10 @@ from toolpool.pool.shell_bounds import ShellCaps
 from toolpool.pool.shells import ShellSupervisor
 from toolpool.pool.supervisor import ProcessesFactory, Supervisor
 from toolpool.pool.workers import (
+    Binding,
     Call,
     Done,
+    Kind,
     OutcomeStatus,
     PoolConfig,
     PoolError,
@@ -67,7 +69,7 @@ from toolpool.pool.workers import (
     Worker,
     WorkerState,
 )
-from toolpool.protocol import CallContext, Execute, Message, encode
+from toolpool.protocol import EncodedExecute, Execute, Message
 from toolpool.sandbox import command as sandbox_command
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.profile import SandboxProfile
@@ -107,6 +109,11 @@ class WorkerPool:
         self.dispatch = Dispatch(config, self.supervisor, self.shells, self)
         self._workers = self.supervisor.workers  # the records, in start order
         self._tickets = itertools.count(1)
+        # Sessions' own workers, by session (bind): shipped tools, a network policy.
+        self._bindings: dict[str, Binding] = {}
+        self.egress.ending.append(self._network_ended)
+        self.egress.call_of_worker = self._call_of_worker
+        self.supervisor.netns_of = self._netns_of
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -168,7 +175,7 @@ class WorkerPool:
 
     def submit(
         self,
-        execute: Execute,
+        execute: Execute | EncodedExecute,
         *,
         network: bool,
         token: CancelToken,
@@ -177,68 +184,48 @@ class WorkerPool:
         done: Done,
         holdable: bool = False,
         on_preview: Callable[[Any, bool], None] | None = None,
+        binding: Binding | None = None,
     ) -> Call:
-        """Run ``execute`` on a worker; returns at once. ``done(outcome)`` is called
-        exactly once, from the event loop's thread (before ``submit`` returns when
-        the answer is known at once): every way the call can end is an outcome —
-        ``FAILED`` when the pool cannot run it (closed, no worker can start).
-        ``limits`` are the call's (its wall time is counted here); ``holdable``: the
-        call is read-only, so it may be held at a busy worker and run again elsewhere
-        when a worker's death leaves it in doubt (SPEC H4). ``token`` cancels it:
-        queued or held, it never starts. Returns the pool's record of the call."""
-        return self.submit_frame(
-            encode(execute),
-            execute.call_id,
-            execute.ticket,
-            execute.context,
-            network=network,
-            token=token,
-            on_progress=on_progress,
-            limits=limits,
-            done=done,
-            holdable=holdable,
-            on_preview=on_preview,
-        )
-
-    def submit_frame(
-        self,
-        frame: bytes,
-        call_id: str,
-        ticket: int,
-        context: CallContext,
-        *,
-        network: bool,
-        token: CancelToken,
-        on_progress: Callable[[Any], None],
-        limits: Limits,
-        done: Done,
-        holdable: bool = False,
-        on_preview: Callable[[Any, bool], None] | None = None,
-    ) -> Call:
-        """``submit`` of an ``Execute`` encoded already (``frame``: its ``call_id``,
-        ``ticket`` and ``context``)."""
+        """Run ``execute`` (a message, or its frame: ``ExecuteFrames``) on a worker;
+        returns at once. ``done(outcome)`` is called exactly once, from the event
+        loop's thread (before ``submit`` returns when the answer is known at once):
+        every way the call can end is an outcome — ``FAILED`` when the pool cannot run
+        it (closed, no worker can start). ``limits`` are the call's (its wall time is
+        counted here); ``holdable``: the call is read-only, so it may be held at a busy
+        worker and run again elsewhere when a worker's death leaves it in doubt (SPEC
+        H4). ``token`` cancels it: queued or held, it never starts. ``binding``: the
+        call is of a session's shipped tools, for a worker of that binding (``bind``);
+        every call of a policy session (its context's ``egress``) is its binding's.
+        Returns the pool's record of the call."""
+        encoded = execute if isinstance(execute, EncodedExecute) else EncodedExecute.of(execute)
         dispatch = self.dispatch
         offline = self.supervisor.offline_default and not network
-        # A policy session's calls run on its own workers, in its namespace (N11).
-        bound = context.session_id if context.egress else ""
+        if binding is None and encoded.context.egress:
+            # A policy session's calls run on its own workers, in its namespace (N11).
+            binding = self._egress_binding(encoded.context.session_id)
+        kind: Kind = offline if binding is None else binding.kind(offline)
         call = Call(
             dispatch,
-            call_id,
-            ticket,
-            frame,
-            context,
+            encoded.call_id,
+            encoded.ticket,
+            encoded.frame,
+            encoded.context,
             limits,
-            offline=offline,
+            kind=kind,
             holdable=holdable,
             token=token,
             on_progress=on_progress,
             on_preview=on_preview,
             done=done,
             retries=HOLD_RETRIES,
-            bound=bound,
         )
         if not dispatch.open or dispatch.broken is not None:
             dispatch.end(call, failed(dispatch.broken or "the pool is not running"))
+        elif encoded.context.egress and not (binding is not None and binding.egress):
+            # Never outside its namespace: a binding made without saying so (a bug).
+            dispatch.end(call, failed("the session's own workers are not in its network"))
+        elif binding is not None and (binding.broken or binding.ended):
+            dispatch.end(call, failed(binding.broken or "its session's tools were unbound"))
         elif token.requested:
             dispatch.end(call, unstarted())
         else:
@@ -284,23 +271,92 @@ class WorkerPool:
             raise PoolError(outcome.cause or "the pool cannot run calls")
         return outcome
 
+    # -- a session's own workers (SPEC A5, A6, N11) -----------------------------------------
+
+    def bind(self, session_id: str, payload: bytes = b"", *, egress: bool = False) -> Binding:
+        """The pool's side of a session's own workers, which take no other session's
+        call. ``payload``: its shipped tools' pickle, which goes, unread, to these
+        workers, which load it once confined (the tools' calls name the binding:
+        ``submit(binding=…)``); ``egress``: the session's network is a policy, and
+        its workers are forked into its network namespace (every call of the
+        session's is theirs)."""
+        binding = Binding(session_id, payload, egress)
+        self.dispatch.bind([binding.kind(False), binding.kind(True)])
+        self._bindings[session_id] = binding
+        return binding
+
+    def _egress_binding(self, session_id: str) -> Binding:
+        """The binding of a policy session's calls: the one its session opened with,
+        or one made at its first call (it ends with the session's network)."""
+        binding = self._bindings.get(session_id)
+        if binding is None or binding.ended:
+            binding = self.bind(session_id, egress=True)
+        return binding
+
+    def _netns_of(self, session_id: str) -> tuple[str, int]:
+        """(In a thread.) Where a policy session's worker is forked: its network
+        namespace's path and inode, made first if it is not yet. Raises
+        SandboxStartError."""
+        network = self.egress.network(session_id)
+        return network.path, network.inode
+
+    def _call_of_worker(self, worker_id: str) -> str:
+        """The call a policy session's worker runs now ("" for none): what its proxy
+        token names."""
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.binding is None or not worker.given:
+            return ""
+        return worker.given[0].call_id
+
+    def _network_ended(self, session_id: str) -> None:
+        """A policy session's network ended (the session closed): its workers retire."""
+        binding = self._bindings.get(session_id)
+        if binding is not None and binding.egress:
+            self.unbind(binding)
+
+    def bound_workers(self, binding: Binding) -> list[int]:
+        """The pids of the live workers of ``binding`` (``status``)."""
+        return [
+            w.pid
+            for w in self._workers.values()
+            if w.binding is binding and w.pid and w.state is not WorkerState.DEAD
+        ]
+
+    def unbind(self, binding: Binding) -> None:
+        """The session closed: its workers retire (once their calls are over), and a
+        call of its tools that still comes is refused."""
+        if binding.ended:
+            return
+        binding.ended = True
+        if self._bindings.get(binding.session_id) is binding:
+            del self._bindings[binding.session_id]
+        kinds: list[Kind] = list(binding.kinds.values())
+        self.dispatch.unbind(kinds, "its session's tools were unbound (the session closed)")
+        for worker in list(self._workers.values()):
+            if worker.binding is binding:
+                self.retire(worker, "its session closed")
+
     # -- what the supervisor tells, and the planner's decisions -------------------------
 
     def worker_ready(self, worker: Worker) -> None:
         self.dispatch.release(worker)
 
     def worker_start_failed(self, worker: Worker, why: str, failures: int) -> None:
-        if worker.bound:
-            self.dispatch.bound.start_failed(worker, why)
+        binding, final = worker.binding, worker.load_failure is not None
+        if binding is not None and worker.netns_failure is not None:
+            # The calls that wait for it end so; the session's next call tries again.
+            self._perform(self.planner.start_failed(self._state(), worker.kind, 0, why, final=True))
             return
-        self._perform(self.planner.start_failed(self._state(), worker.offline, failures, why))
+        if binding is not None and final:
+            # The payload does not load here; it will not load in the next worker.
+            why = binding.broken = f"the session's tools could not be loaded in a worker: {why}"
+        plan = self.planner.start_failed(self._state(), worker.kind, failures, why, final=final)
+        self._perform(plan)
 
     def worker_exited(self, worker: Worker, replace: bool) -> None:
         self.dispatch.worker_exited(worker)
-        if worker.bound:  # not the planner's: its session's calls start another
-            self.dispatch.bound.exited(worker)
-        elif replace:
-            plan = self.planner.replenish(self._state(), worker.offline)
+        if replace:
+            plan = self.planner.replenish(self._state(), worker.kind)
             self._perform(plan, exited_at=time.monotonic())
 
     def worker_message(self, worker: Worker, message: Message) -> None:
@@ -319,27 +375,16 @@ class WorkerPool:
         return self.planner.retire_reason(worker, end)
 
     def retire(self, worker: Worker, reason: str) -> None:
-        if worker.bound:  # not the planner's: its session's next call starts another
-            log.debug("retiring %s: %s", worker.id, reason)
-            worker.state = WorkerState.RETIRING
-            self.dispatch.shut_down_when_free(worker)
-            self.dispatch.bound.exited(worker)
-            return
         self._perform(self.planner.retire(self._state(), worker.id, reason))
 
-    def grow(self, offline: bool) -> None:
-        self._perform(self.planner.grow(self._state(), offline))
+    def grow(self, kind: Kind) -> None:
+        self._perform(self.planner.grow(self._state(), kind))
 
     def _state(self) -> PoolState:
         """The snapshot the planner decides on."""
         return PoolState(
-            tuple(
-                w
-                for w in self._workers.values()
-                if w.state is not WorkerState.DEAD and not w.bound  # bound.py's
-            ),
-            waiting_online=self.dispatch.waiting(False),
-            waiting_offline=self.dispatch.waiting(True),
+            tuple(w for w in self._workers.values() if w.state is not WorkerState.DEAD),
+            queued=self.dispatch.waiting_kinds(),
             open=self.dispatch.open,
             zygote_up=self.supervisor.zygote_up,
         )
@@ -350,9 +395,9 @@ class WorkerPool:
         started: list[Worker] = []
         for action in actions:
             match action:
-                case StartWorker(offline=offline, replacement=replacement):
+                case StartWorker(kind=kind, replacement=replacement):
                     worker = self.supervisor.spawn(
-                        offline, replacement=replacement, exited_at=exited_at
+                        kind, replacement=replacement, exited_at=exited_at
                     )
                     started.append(worker)
                 case RetireWorker(worker_id=worker_id, reason=reason):
@@ -360,8 +405,8 @@ class WorkerPool:
                     log.debug("retiring %s: %s", worker_id, reason)
                     worker.state = WorkerState.RETIRING
                     self.dispatch.shut_down_when_free(worker)
-                case FailWaiters(reason=reason):
-                    self.dispatch.fail_queued(reason)
+                case FailWaiters(reason=reason, kind=kind):
+                    self.dispatch.fail_queued(reason, kind)
                 case ReplaceZygote(reason=reason, delay=delay):
                     log.warning("replacing the zygote in %.2f s: %s", delay, reason)
                     self.supervisor.replace_zygote(delay)
@@ -390,7 +435,7 @@ class WorkerPool:
         counts = self.supervisor.counts
         return PoolStatistics(
             workers=states,
-            queued=self.dispatch.waiting(False) + self.dispatch.waiting(True),
+            queued=sum(self.dispatch.waiting_kinds().values()),
             held=self.dispatch.held(),
             started=counts["started"],
             replaced=counts["replaced"],

@@ -18,12 +18,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import zmq
 
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
-from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerState
+from toolpool.pool.workers import Kind, PoolConfig, PoolError, Worker, WorkerState
 from toolpool.pool.zygote import Zygote, ZygoteError
 from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
@@ -212,21 +213,9 @@ class WorkerProcesses:
 
     # -- one worker ---------------------------------------------------------------------
 
-    def new_worker(
-        self, worker_id: str, offline: bool, bound: str = "", netns: tuple[str, int] = ("", 0)
-    ) -> Worker:
-        """A worker's record; ``prepare`` makes its cgroup. ``bound``: the policy
-        session it serves alone, forked into its network namespace ``netns`` (a path
-        and the namespace's inode, N11)."""
-        return Worker(
-            worker_id,
-            offline,
-            None,
-            asyncio.get_running_loop().create_future(),
-            bound=bound,
-            netns=netns[0],
-            netns_inode=netns[1],
-        )
+    def new_worker(self, worker_id: str, kind: Kind) -> Worker:
+        """A worker's record; ``prepare`` makes its cgroup."""
+        return Worker.of_kind(worker_id, kind, asyncio.get_running_loop().create_future())
 
     async def prepare(self, worker: Worker) -> WorkerConfig:
         """Make the worker's cgroup, with the pool's limits, and the configuration it
@@ -252,6 +241,7 @@ class WorkerProcesses:
             netns=worker.netns,
             netns_inode=worker.netns_inode,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
+            **_bound(worker),
         )
 
     def _make_cgroup(self, worker_id: str) -> tuple[WorkerCgroup, int]:
@@ -379,3 +369,12 @@ class WorkerProcesses:
         ancestors = {zygote} if zygote else set()
         marker = None if self.cgroups is None else f"/{self.cgroups.parent}/"
         return linux.lineage_includes(pid, ancestors, marker)
+
+
+def _bound(worker: Worker) -> dict[str, Any]:
+    """What a worker bound to a session's shipped tools starts with: the session it
+    serves alone, and the pickle it loads once confined (SPEC A6)."""
+    binding = worker.binding
+    if binding is None:
+        return {}
+    return {"session_tools": binding.payload, "bound_session": binding.session_id}

@@ -28,7 +28,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from toolpool.pool.processes import WorkerProcesses
-from toolpool.pool.workers import PoolConfig, PoolError, Worker, WorkerExit, WorkerState
+from toolpool.pool.workers import Kind, PoolConfig, PoolError, Worker, WorkerExit, WorkerState
 from toolpool.pool.zygote import ZygoteError
 from toolpool.protocol import (
     PROTOCOL_VERSION,
@@ -40,6 +40,7 @@ from toolpool.protocol import (
     Shutdown,
     decode,
 )
+from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.worker.channel import CONTROL_SUFFIX
 
 log = logging.getLogger("toolpool.pool")
@@ -114,6 +115,9 @@ class Supervisor:
         # Whether workers of network-less sessions live in a namespace of their own
         # (the sandbox profile's, once probed).
         self.offline_default = False
+        # (In a thread.) A policy session's network namespace: its path and inode
+        # (the pool's, which owns the sessions' networks; N11).
+        self.netns_of: Callable[[str], tuple[str, int]] = _no_netns
 
     async def start(self) -> None:
         """Probe the sandbox, open the socket, start the zygote and the watch."""
@@ -149,22 +153,11 @@ class Supervisor:
     # -- what the pool asks ------------------------------------------------------------
 
     def spawn(
-        self,
-        offline: bool,
-        *,
-        replacement: bool = False,
-        exited_at: float | None = None,
-        bound: str = "",
-        netns: tuple[str, int] = ("", 0),
+        self, kind: Kind, *, replacement: bool = False, exited_at: float | None = None
     ) -> Worker:
-        """Start a worker; ``replacement``: in place of one that ended (at
-        ``exited_at``, when known) or retired; ``bound``: one policy session's, in its
-        network namespace ``netns``: its path and inode (bound.py)."""
-        worker_id = f"w{next(self._ids)}"
-        if bound:
-            worker = self.processes.new_worker(worker_id, offline, bound, netns)
-        else:
-            worker = self.processes.new_worker(worker_id, offline)
+        """Start a worker of ``kind``; ``replacement``: in place of one that ended (at
+        ``exited_at``, when known) or retired."""
+        worker = self.processes.new_worker(f"w{next(self._ids)}", kind)
         self.workers[worker.id] = worker
         self._lines[worker.id.encode()] = worker
         self._lines[(worker.id + CONTROL_SUFFIX).encode()] = worker
@@ -198,6 +191,19 @@ class Supervisor:
     # -- a worker's life -------------------------------------------------------------------
 
     async def _start_worker(self, worker: Worker) -> None:
+        binding = worker.binding
+        if binding is not None and binding.egress:
+            # A policy session's: forked into its network namespace, made in a thread
+            # the first time (N11).
+            loop = asyncio.get_running_loop()
+            try:
+                where = await loop.run_in_executor(None, self.netns_of, binding.session_id)
+            except SandboxStartError as exc:
+                if not _lost(worker):
+                    worker.netns_failure = exc.message
+                    self._start_failed(worker, f"the session's network: {exc.message}")
+                return
+            worker.netns, worker.netns_inode = where
         try:
             config = await self.processes.prepare(worker)
         except OSError as exc:
@@ -236,6 +242,12 @@ class Supervisor:
             self._start_failed(
                 worker, f"it speaks protocol {message.version}, not {PROTOCOL_VERSION}"
             )
+            return
+        if message.failure:  # its binding's tools did not load (SPEC A5)
+            if worker.load_failure is None and not worker.ready.done():
+                worker.load_failure = message.failure
+                self.processes.send(worker, Shutdown("its session's tools did not load"))
+                self._start_failed(worker, message.failure)
             return
         worker.lines_ready += 1
         if worker.lines_ready != 2:
@@ -390,3 +402,7 @@ class Supervisor:
                 if watched and worker.kill_reason is None and now - worker.last_seen > silence:
                     reason = f"it hung (no heartbeat for {now - worker.last_seen:.1f} s)"
                     await self.processes.terminate([worker], reason)
+
+
+def _no_netns(session_id: str) -> tuple[str, int]:
+    raise SandboxStartError(f"no network namespace for session {session_id} here")

@@ -1,5 +1,7 @@
 """The pool's records: its settings, a worker and its states, how a worker ended, a
-call on the pool and its states, how it ended, and what the pool reports about itself.
+call on the pool and its states, how it ended, what the pool reports about itself,
+and the kinds of worker a call may need (``Kind``: offline or not, and bound to a
+session's shipped tools or not: SPEC A5, A6).
 
 Data only: the decisions over these records are the planner's (``planner.py``), the
 processes and sockets are the pool's (``supervisor.py``, ``processes.py``).
@@ -79,6 +81,54 @@ class PoolConfig:
             raise ValueError("need worker_calls_per_frame >= 1")
 
 
+@dataclass(eq=False)
+class Binding:
+    """Workers of one session's own (``WorkerPool.bind``): none of them takes another
+    session's call, and they retire when the binding ends (``WorkerPool.unbind``).
+    ``payload``: the session's shipped tools (SPEC A5, A6), their pickle, which these
+    workers load after their confinement, in their own process; ``egress``: the
+    session's network is a policy (N11), so its workers are forked into its network
+    namespace, where only its proxy listens, and run all its calls. ``broken``: why
+    the payload does not load (every later call of its tools ends with it)."""
+
+    session_id: str
+    payload: bytes = b""
+    egress: bool = False
+    broken: str | None = None
+    ended: bool = False
+    kinds: dict[bool, BoundKind] = field(default_factory=dict)
+
+    def kind(self, offline: bool) -> BoundKind:
+        """The kind of worker a call of these tools needs (offline or not)."""
+        kind = self.kinds.get(offline)
+        if kind is None:
+            kind = self.kinds[offline] = BoundKind(self, offline)
+        return kind
+
+    def __repr__(self) -> str:
+        state = "ended" if self.ended else "broken" if self.broken else "live"
+        what = f"{len(self.payload)} bytes" + (", its network namespace" if self.egress else "")
+        return f"<Binding of session {self.session_id}: {what}, {state}>"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundKind:
+    """Workers of one binding, offline or not: they serve its calls alone."""
+
+    binding: Binding
+    offline: bool
+
+
+# The kind of worker a call needs, and a worker is: offline or not (the plain workers,
+# keyed by that flag alone) or bound to one session (its shipped tools, its network).
+Kind = bool | BoundKind
+
+
+def plain(kind: Kind) -> bool:
+    """The plain kind of the same network choice (``offline``)."""
+    return kind if isinstance(kind, bool) else kind.offline
+
+
 class WorkerState(StrEnum):
     STARTING = "starting"
     IDLE = "idle"
@@ -108,12 +158,14 @@ class WorkerExit:
 
 @dataclass(eq=False)
 class Worker:
-    """A worker process as the pool sees it. ``exit`` is set once it has ended."""
+    """A worker process as the pool sees it. ``exit`` is set once it has ended.
+    ``kind`` is what calls it takes: ``offline``, or the ``binding``'s kind."""
 
     id: str
     offline: bool
     cgroup: WorkerCgroup | None
     ready: asyncio.Future[None]
+    binding: Binding | None = None  # the session whose shipped tools it loads (A6)
     exit: WorkerExit | None = None
     pid: int = 0
     state: WorkerState = WorkerState.STARTING
@@ -126,15 +178,27 @@ class Worker:
     lines_ready: int = 0  # Ready heard on its call line and its control line
     kill_reason: str | None = None
     oom_baseline: int = 0
-    # A worker forked into one policy session's network namespace (its ``netns``
-    # path), which serves that session's calls alone (bound.py, SPEC N11).
-    bound: str = ""
+    # A policy session's worker (its binding's ``egress``) is forked into the
+    # session's network namespace: its path and inode, found before it starts (N11).
     netns: str = ""
     netns_inode: int = 0
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
+    load_failure: str | None = None  # why it could not load its binding's tools
+    netns_failure: str | None = None  # why its session's network namespace was not had
+    kind: Kind = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kind = self.offline if self.binding is None else self.binding.kind(self.offline)
+
+    @classmethod
+    def of_kind(cls, worker_id: str, kind: Kind, ready: asyncio.Future[None]) -> Worker:
+        """A record of a worker of ``kind``, before its cgroup is made."""
+        if isinstance(kind, bool):
+            return cls(worker_id, kind, None, ready)
+        return cls(worker_id, kind.offline, None, ready, kind.binding)
 
 
 class OutcomeStatus(StrEnum):
@@ -213,7 +277,6 @@ class Call:
     __slots__ = (
         "abandoned",
         "behind",
-        "bound",
         "call_id",
         "cancel_sent",
         "cgroup",
@@ -222,8 +285,8 @@ class Call:
         "frame",
         "holdable",
         "host",
+        "kind",
         "limits",
-        "offline",
         "on_preview",
         "on_progress",
         "past_wall_time",
@@ -247,25 +310,22 @@ class Call:
         context: CallContext,
         limits: Limits,
         *,
-        offline: bool,
+        kind: Kind,
         holdable: bool,
         token: CancelToken,
         on_progress: Sink,
         on_preview: PreviewSink | None,
         done: Done,
         retries: int,
-        bound: str = "",
     ) -> None:
         self.host = host
-        # A policy session's id: the call runs on a worker of its own (bound.py, N11).
-        self.bound = bound
         self.call_id = call_id
         self.ticket = ticket
         self.frame = frame
         self.context = context
         self.limits = limits
         self.cgroup = (limits.memory_bytes, limits.processes)
-        self.offline = offline
+        self.kind = kind  # the worker it needs (offline or not; bound to its tools or not)
         self.holdable = holdable
         self.token = token
         self.on_progress = on_progress

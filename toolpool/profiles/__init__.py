@@ -6,7 +6,11 @@ A session's ``tool_profile`` says which names its calls use:
 - ``"toolpool"`` (the default): the built-in tools (read, grep, edit, bash…);
 - ``"claude-code"``: Claude Code's (Read, Write, Edit, MultiEdit, Glob, Grep, Bash,
   BashOutput, KillShell, NotebookEdit: ``claude_code.py``);
-- ``"codex"``: Codex CLI's (shell, apply_patch: ``codex.py``).
+- ``"codex"``: Codex CLI's (shell, apply_patch: ``codex.py``);
+- ``"openai"``: the tools OpenAI's Responses API defines, ``apply_patch`` and
+  ``shell`` (``declared.py``; their calls are OpenAI's own item types);
+- ``"anthropic"``: the tools Anthropic's Messages API defines, ``bash`` and the text
+  editor ``str_replace_based_edit_tool`` (``declared.py``).
 
 A profile's tool is an ``Adapter`` (``adapter.py``) over a built-in: the same
 implementation, pipeline and sandbox, in that agent's names, units and words. Every
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from toolpool.profiles import claude_code, codex
+from toolpool.profiles import claude_code, codex, declared
 from toolpool.profiles.adapter import Adapter
 
 DEFAULT_PROFILE = "toolpool"
@@ -50,6 +54,8 @@ PROFILES: Mapping[str, tuple[str, ...]] = {
     DEFAULT_PROFILE: TOOLPOOL_NAMES,
     claude_code.PROFILE: claude_code.NAMES,
     codex.PROFILE: codex.NAMES,
+    declared.OPENAI: declared.OPENAI_NAMES,
+    declared.ANTHROPIC: declared.ANTHROPIC_NAMES,
 }
 
 
@@ -67,9 +73,30 @@ def owners(tool: str) -> tuple[str, ...]:
 
 
 def offers(profile: str, tool: str) -> bool:
-    """Whether a session of ``profile`` may call ``tool``."""
+    """Whether a session of ``profile`` may call ``tool``: its profile's tools, those of
+    no profile, and OpenAI's item tools (their calls are items no other call can be)."""
     listed = owners(tool)
-    return not listed or profile in listed
+    return not listed or profile in listed or tool in _ITEM_TOOLS
+
+
+def lists(profile: str, tool: str) -> bool:
+    """Whether ``profile``'s tool listing has ``tool``: its own tools, and the tools of
+    no profile but the providers' own (a provider's declared tool is listed only in
+    the profiles that name it)."""
+    listed = owners(tool)
+    return profile in listed if listed or declared.is_declared(tool) else True
+
+
+_ITEM_TOOLS = frozenset(declared.ITEM_TOOLS.values())
+
+
+def call_names(profile: str) -> Mapping[str, str]:
+    """The call names that mean another tool in a session of ``profile`` (its
+    declared tools' names as their provider spells them): empty for most."""
+    return declared.CALL_NAMES.get(profile, _NO_NAMES)
+
+
+_NO_NAMES: Mapping[str, str] = {}
 
 
 def not_offered(profile: str, tool: str, known: Iterable[str]) -> str:
@@ -94,7 +121,11 @@ def profile_tools(builtins: Sequence[Any]) -> list[Adapter]:
 
 def definition_name(definition: Mapping[str, Any]) -> str:
     """The tool name of a definition in toolpool's format or any provider's (OpenAI
-    Chat nests it under ``function``)."""
+    Chat nests it under ``function``; a provider's own tool is known by its
+    declaration's ``type``)."""
+    kind = definition.get("type")
+    if isinstance(kind, str) and kind in declared.DECLARED_TYPES:
+        return declared.DECLARED_TYPES[kind]
     name = definition.get("name")
     if name is None and isinstance(definition.get("function"), Mapping):
         name = definition["function"].get("name")
@@ -102,9 +133,9 @@ def definition_name(definition: Mapping[str, Any]) -> str:
 
 
 def in_profile(definitions: Iterable[Mapping[str, Any]], profile: str) -> list[Any]:
-    """The definitions of the tools a session of ``profile`` is offered, in order."""
+    """The definitions of the tools ``profile`` lists (``lists``), in order."""
     check_profile(profile)
-    return [d for d in definitions if offers(profile, definition_name(d))]
+    return [d for d in definitions if lists(profile, definition_name(d))]
 
 
 __all__ = [
@@ -112,9 +143,11 @@ __all__ = [
     "PROFILES",
     "TOOLPOOL_NAMES",
     "Adapter",
+    "call_names",
     "check_profile",
     "definition_name",
     "in_profile",
+    "lists",
     "not_offered",
     "offers",
     "owners",

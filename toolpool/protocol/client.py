@@ -82,18 +82,55 @@ class Welcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ShippedTool:
+    """What the daemon knows of one tool a client ships (SPEC A5): what the model is
+    shown, and the answers the pipeline and the scheduler need before a worker runs
+    it — given as values, since the daemon never runs the client's code.
+    ``validates`` and ``previews``: the tool has a validate (P6) or a preview (P7),
+    which run in its worker."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    label: str
+    read_only: bool = False
+    concurrency_safe: bool = False
+    interrupt_behavior: str = "block"
+    activity: str | None = None  # a format string over the arguments ("Testing {path}")
+    permissions: tuple[str, ...] = ()
+    validates: bool = False
+    previews: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShippedTools:
+    """The tools a client ships with a session (``OpenSession.tools``, SPEC A5):
+    ``payload`` is the pickle (dill's, by value) that only a worker bound to the
+    session loads — the daemon passes it on and never unpickles it; ``python`` is
+    the major.minor of the Python that made it, which must be the workers'."""
+
+    python: str
+    payload: bytes
+    tools: tuple[ShippedTool, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OpenSession:
     """Client → daemon: open a session on ``workspace``. Answer: ``SessionOpened``.
 
     ``options``: the session's options as ``toolpool.session_options.SessionOptions``
     lists and checks them (SPEC E6); the daemon checks them again. A bad one is an
-    ``Error`` of code ``bad_request`` naming it.
+    ``Error`` of code ``bad_request`` naming it. ``tools``: tools of the client's own
+    program, shipped by value for this session alone (SPEC A5, A6); refused as a
+    ``bad_request`` saying why (the daemon's ``session_tools`` setting, the Python
+    version, a name or schema).
     """
 
     type: ClassVar[MessageType] = MessageType.OPEN_SESSION
     request_id: str
     workspace: str
     options: dict[str, Any] = field(default_factory=dict)
+    tools: ShippedTools | None = field(default=None, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

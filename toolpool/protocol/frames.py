@@ -9,7 +9,7 @@ only that — for anything it cannot read. Nothing else in toolpool parses frame
 from __future__ import annotations
 
 import struct
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgpack
 
@@ -33,6 +33,19 @@ def encode(message: Message) -> bytes:
     return frame
 
 
+class EncodedExecute(NamedTuple):
+    """An ``Execute`` as it goes to a worker: its frame, and the fields the pool reads."""
+
+    frame: bytes
+    call_id: str
+    ticket: int
+    context: CallContext
+
+    @classmethod
+    def of(cls, message: Execute) -> EncodedExecute:
+        return cls(encode(message), message.call_id, message.ticket, message.context)
+
+
 class ExecuteFrames:
     """``Execute`` frames of calls that share a context and limits (a session's calls
     of one tool): those two are encoded once, and each call's frame is its own fields
@@ -48,7 +61,7 @@ class ExecuteFrames:
         # replaces.
         self._shared = msgpack.packb(shared, use_bin_type=True, default=wire_form)[1:]
 
-    def frame(
+    def execute(
         self,
         call_id: str,
         tool: str,
@@ -56,7 +69,7 @@ class ExecuteFrames:
         stamps: dict[str, dict[str, Any]],
         ticket: int,
         stage: Stage = Stage.FULL,
-    ) -> bytes:
+    ) -> EncodedExecute:
         own: dict[str, Any] = {
             "t": _EXECUTE,
             "call_id": call_id,
@@ -69,7 +82,8 @@ class ExecuteFrames:
             own["stage"] = stage.value
         packed: bytes = msgpack.packb(own, use_bin_type=True, default=wire_form)
         # Both maps are fixmaps (under 16 entries): one header byte for all entries.
-        return b"".join((bytes((0x80 | (len(own) + 2),)), self._shared, packed[1:]))
+        frame = b"".join((bytes((0x80 | (len(own) + 2),)), self._shared, packed[1:]))
+        return EncodedExecute(frame, call_id, ticket, self.context)
 
 
 def decode(frame: bytes) -> Message:

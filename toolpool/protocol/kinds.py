@@ -16,6 +16,13 @@ PROTOCOL_VERSION = 3
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 CHUNK_BYTES = 4 * 1024 * 1024
 MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
+# The largest pickle of a session's shipped tools (SPEC A5): each worker bound to the
+# session is spawned with it, through the zygote's pipe.
+MAX_SHIPPED_BYTES = 16 * 1024 * 1024
+# The most tools one session ships, and the largest schema of one (its JSON): the
+# daemon compiles each schema as the session opens, on its event loop (SPEC L10).
+MAX_SHIPPED_TOOLS = 64
+MAX_SHIPPED_SCHEMA_BYTES = 64 * 1024
 
 
 class ProtocolError(ToolpoolError):

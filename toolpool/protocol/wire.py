@@ -29,13 +29,16 @@ class Ready:
     """Worker → pool, once, when it has connected: the handshake.
 
     Answer: nothing, or ``Shutdown`` when the version differs. After it the worker is
-    idle and may be sent ``Execute``.
+    idle and may be sent ``Execute``. ``failure``: the worker could not load the
+    session tools it was started with (SPEC A5), and why; it takes no call, and
+    waits for its ``Shutdown``.
     """
 
     type: ClassVar[MessageType] = MessageType.READY
     worker_id: str
     pid: int
     version: int = PROTOCOL_VERSION
+    failure: str = field(default="", metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
+from toolpool.profiles.declared import declaration, in_format
 from toolpool.providers.payload import as_list, as_object, dumped, object_arguments, required_text
 from toolpool.registry import ToolSpec
 
@@ -84,12 +85,17 @@ def _tool_result(result: ToolResult) -> JSONObject:
 
 
 def tools_to_anthropic(specs: Iterable[ToolSpec]) -> list[JSONObject]:
-    """Tool definitions for the ``tools`` parameter of a Messages request."""
+    """Tool definitions for the ``tools`` parameter of a Messages request: Anthropic's
+    own tools as their declarations (``{"type": "bash_20250124", "name": "bash"}``),
+    another provider's own tools left out."""
     return [
-        {
+        dict(own)
+        if (own := declaration(spec.name, "anthropic")) is not None
+        else {
             "name": spec.name,
             "description": spec.description,
             "input_schema": copy.deepcopy(spec.schema),
         }
         for spec in specs
+        if in_format(spec.name, "anthropic")
     ]

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from toolpool.models import JSONObject, ToolCall, ToolResult
+from toolpool.profiles.declared import ITEM_TOOLS
 from toolpool.providers.anthropic import (
     calls_from_anthropic,
     results_to_anthropic,
@@ -304,8 +305,8 @@ def _item_format(item: Any, index: int) -> str | None:
     kind = block.get("type")
     if kind == "tool_use":
         return "anthropic"
-    if kind in ("function_call", "custom_tool_call"):
-        return "openai-responses"
+    if kind in ("function_call", "custom_tool_call") or kind in ITEM_TOOLS:
+        return "openai-responses"  # OpenAI's own tools' calls included (F15, F16)
     if kind in ("tool_call", "invalid_tool_call"):
         return "langchain"
     if "function" in block or (kind == "custom" and "custom" in block):
@@ -339,9 +340,10 @@ _NO_CALL_TYPES = frozenset(
         "text_editor_code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
         "container_upload", "tool_result", "message", "reasoning", "output_text",
         "input_text", "refusal", "web_search_call", "file_search_call", "computer_call",
-        "image_generation_call", "code_interpreter_call", "local_shell_call", "shell_call",
-        "apply_patch_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
-        "compaction", "function_call_output", "custom_tool_call_output",
+        "image_generation_call", "code_interpreter_call", "mcp_call", "mcp_list_tools",
+        "mcp_approval_request", "compaction", "function_call_output",
+        "custom_tool_call_output", "apply_patch_call_output", "shell_call_output",
+        "local_shell_call_output",
         "server_tool_call", "server_tool_result", "file", "audio", "video",
         "text-plain", "non_standard", "citation",
     }

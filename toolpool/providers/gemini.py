@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolpool.models import ImageBlock, JSONObject, ToolCall, ToolResult
+from toolpool.profiles.declared import in_format
 from toolpool.providers.gemini_schema import gemini_parameters
 from toolpool.providers.payload import (
     as_list,
@@ -121,6 +122,8 @@ def tools_to_gemini(specs: Iterable[ToolSpec]) -> list[JSONObject]:
     """
     declarations = []
     for spec in specs:
+        if not in_format(spec.name, "gemini"):
+            continue  # OpenAI's and Anthropic's own tools: no Gemini model calls them
         declaration: JSONObject = {"name": spec.name, "description": spec.description}
         try:
             parameters = gemini_parameters(spec.schema)

@@ -20,6 +20,7 @@ import copy
 from collections.abc import Iterable
 
 from toolpool.models import JSONObject, TextBlock, ToolResult
+from toolpool.profiles.declared import in_format
 from toolpool.registry import ToolSpec
 
 CONCURRENCY_SAFE_META = "toolpool/concurrencySafe"
@@ -39,9 +40,13 @@ def tools_to_mcp(specs: Iterable[ToolSpec]) -> list[JSONObject]:
       (false) is the cautious answer;
     - ``_meta["toolpool/concurrencySafe"]`` is ``concurrency_safe({})`` (S1), which MCP
       has no hint for.
+
+    The providers' own tools (OpenAI's ``shell``, Anthropic's ``bash``…) are left out.
     """
     definitions = []
     for spec in specs:
+        if not in_format(spec.name, "mcp"):
+            continue  # OpenAI's and Anthropic's own tools are their APIs', not MCP's
         read_only = spec.read_only({})
         annotations: JSONObject = {"readOnlyHint": read_only, "destructiveHint": not read_only}
         if spec.permissions:

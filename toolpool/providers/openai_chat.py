@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolpool.models import ImageBlock, JSONObject, TextBlock, ToolCall, ToolResult
+from toolpool.profiles.declared import in_format
 from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
 from toolpool.registry import ToolSpec
 
@@ -105,4 +106,5 @@ def tools_to_openai_chat(specs: Iterable[ToolSpec]) -> list[JSONObject]:
             },
         }
         for spec in specs
+        if in_format(spec.name, "openai")  # the providers' own tools are not functions
     ]

@@ -18,6 +18,10 @@ takes free text, not JSON: its call becomes a ToolCall whose one argument ``inpu
 that text (the shape of toolpool's ``apply_patch``, which is what Codex models call
 so), and it is answered by a ``custom_tool_call_output`` (``custom_call_ids`` tells
 which calls were custom).
+
+OpenAI's own tools (``apply_patch``, ``shell``, ``local_shell``) have call items of
+their own types, read and answered in ``openai_items.py``, and declarations of their
+own (``{"type": "shell"}``), which ``tools_to_openai_responses`` gives for them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from toolpool.models import JSONObject, TextBlock, ToolCall, ToolResult
+from toolpool.profiles.declared import declaration, in_format
+from toolpool.providers.openai_items import answers_as_item, item_call, item_output
 from toolpool.providers.payload import as_list, as_object, dumped, json_arguments, required_text
 from toolpool.registry import ToolSpec
 
@@ -35,7 +41,8 @@ _CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 
 def calls_from_openai_responses(payload: Any) -> list[ToolCall]:
     """The function and custom tool calls of a Responses ``output`` list, or of a
-    whole response.
+    whole response, and the calls of OpenAI's own tools (``apply_patch_call``,
+    ``shell_call``, ``local_shell_call``: ``openai_items.py``).
 
     Every other item (``reasoning``, ``message``, hosted tools such as
     ``web_search_call`` that OpenAI runs itself) is skipped.
@@ -47,9 +54,12 @@ def calls_from_openai_responses(payload: Any) -> list[ToolCall]:
     for i, raw in enumerate(as_list(payload, where)):
         item = as_object(raw, f"{where}[{i}]")
         kind = item.get("type")
-        if kind not in _CALL_TYPES:
-            continue
         at = f"{where}[{i}]"
+        if kind not in _CALL_TYPES:
+            own = item_call(item, at)
+            if own is not None:
+                calls.append(own)
+            continue
         if kind == "custom_tool_call":
             arguments, error = {"input": required_text(item, "input", at)}, None
         else:
@@ -88,14 +98,18 @@ def results_to_openai_responses(
 ) -> list[JSONObject]:
     """One input item per result, in the order given (M1): ``function_call_output``,
     or ``custom_tool_call_output`` for the calls of ``custom_calls`` (the call ids of
-    the custom tool calls among them: ``custom_call_ids`` of the model's output).
+    the custom tool calls among them: ``custom_call_ids`` of the model's output), or
+    the output item of OpenAI's own tool the result is of (``apply_patch_call_output``,
+    ``shell_call_output``, ``local_shell_call_output``: ``openai_items.item_output``).
 
     Text-only results give ``output`` as a string; a result with an image gives the
     list form, the image as an ``input_image`` with a base64 data URL. Errors are plain
     text: the API has no error flag.
     """
     return [
-        {
+        item_output(result)
+        if answers_as_item(result)
+        else {
             "type": "custom_tool_call_output"
             if result.call_id in custom_calls
             else "function_call_output",
@@ -123,9 +137,14 @@ def tools_to_openai_responses(specs: Iterable[ToolSpec]) -> list[JSONObject]:
     ``strict`` is set to false on purpose: when it is left out, the Responses API
     normalises a schema into strict mode if it can, which makes every optional
     argument required. toolpool's own schema check (P5) is the judge.
+
+    OpenAI's own tools are given as their declarations (``{"type": "shell"}``);
+    another provider's own tools are left out.
     """
     return [
-        {
+        dict(own)
+        if (own := declaration(spec.name, "openai-responses")) is not None
+        else {
             "type": "function",
             "name": spec.name,
             "description": spec.description,
@@ -133,4 +152,5 @@ def tools_to_openai_responses(specs: Iterable[ToolSpec]) -> list[JSONObject]:
             "strict": False,
         }
         for spec in specs
+        if in_format(spec.name, "openai-responses")
     ]

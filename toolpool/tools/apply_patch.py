@@ -15,10 +15,11 @@ register, as ``write`` over an existing file is (SPEC F3):
   deleted unseen).
 
 A refusal of that guard names the read that lifts it (SPEC F14). In a session of the
-``codex`` tool profile there is no guard: Codex's tool set has no read tool (its
-model reads through ``shell``, which the register never sees), so the patch applies
-as Codex applies it (F11) — and its preview shows what it loses (a deleted file's
-every line, the old content of a file added over or moved onto), for a gate to judge.
+``codex`` or ``openai`` tool profile there is no guard: those tool sets have no read
+tool (their models read through a shell, which the register never sees), so the
+patch applies as Codex applies it (F11, F15) — and its preview shows what it loses (a
+deleted file's every line, the old content of a file added over or moved onto), for
+a gate to judge.
 
 All or none, across files. Every file is planned in memory first, against the file
 as it is now: the operations in patch order, each seeing what the ones before it
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from toolpool.call_forms import has_read_tool
 from toolpool.errors import ToolError
 from toolpool.file_reads import (
     CODE_NOT_READ,
@@ -68,7 +70,6 @@ from toolpool.file_reads import (
     unread_part,
 )
 from toolpool.preflight import cut_note
-from toolpool.profiles.codex import PROFILE as CODEX_PROFILE
 from toolpool.tool import Arguments, Preview, ToolContext, ValidationResult
 from toolpool.tools.atomic import write_atomic_at
 from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
@@ -114,8 +115,8 @@ needed for Update File. A hunk that does not match is refused, naming the hunk, 
 with the nearest place the file has.
 - Add File over an existing file, Move to an existing file and Delete File replace \
 or remove what the patch does not show: where the session has a read tool (every \
-tool set but Codex's), they are refused unless the file was read whole with it and \
-is unchanged since.
+tool set but Codex's and OpenAI's), they are refused unless the file was read whole \
+with it and is unchanged since.
 - All or none: when any file fails, no file is changed."""
 
 # Typographic characters Codex's matching treats as their ASCII forms (its last pass).
@@ -409,10 +410,11 @@ class _Plan:
 
     def _guard(self, file: _File, op: str, does: str) -> None:
         """F3 for what the patch does not show: a file that existed must have been
-        read whole, and be unchanged since — except in a Codex session, whose model
-        reads through its shell as Codex's does: there the patch applies as Codex
-        applies it, its preview showing what is lost (F11)."""
-        if not file.existed or file.guarded or self.ctx.tool_profile == CODEX_PROFILE:
+        read whole, and be unchanged since — except in a session whose tool set has
+        no read tool (Codex's, OpenAI's: their models read through a shell): there
+        the patch applies as Codex applies it, its preview showing what is lost
+        (F11, F15)."""
+        if not file.existed or file.guarded or not has_read_tool(self.ctx.tool_profile):
             return
         why = (
             f" apply_patch {does} only when it was read whole with read in this session "

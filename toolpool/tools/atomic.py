@@ -26,9 +26,27 @@ def _fsync_directory(dir_fd: int) -> None:
         os.close(fd)
 
 
-def write_atomic_at(dir_fd: int, name: str, data: bytes) -> os.stat_result:
+def _link_new(temp: str, name: str, dir_fd: int) -> None:
+    """``temp`` as ``name``, which must not exist: linked (never replaces), or, on a
+    file system without hard links, renamed after a look (a window, but no other way)."""
+    try:
+        os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError:
+        try:
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return
+        raise FileExistsError(name) from None
+    os.unlink(temp, dir_fd=dir_fd)
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, *, replace: bool = True) -> os.stat_result:
     """Replace (or create) the entry ``name`` of the directory ``dir_fd`` with ``data``,
-    atomically and durably.
+    atomically and durably; with ``replace=False`` only create it (FileExistsError
+    when something is there by then: the file is linked in, which never replaces).
 
     The bytes go to a temporary file in the same directory (``openat`` with
     ``O_CREAT | O_EXCL | O_NOFOLLOW``), which is fsynced and then renamed over
@@ -63,7 +81,10 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes) -> os.stat_result:
             written = os.fstat(fd)
         finally:
             os.close(fd)
-        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if replace:
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        else:
+            _link_new(temp, name, dir_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=dir_fd)

@@ -345,15 +345,18 @@ def _wait_ready(
                 return ready
             if ctx.cancelled:
                 raise _cancelled(ctx) from None
-    except BaseException:  # nothing of the command runs yet: its sandbox is all there is
+    except BaseException:  # no start was seen: the sandbox, and what it started, end
         _kill_unstarted(process, box)
         raise
 
 
 def _kill_unstarted(process: subprocess.Popen[bytes], box: Confinement) -> None:
-    """End a sandbox that has not started its command: it is all there is to end
-    (bubblewrap's children die with it)."""
-    process.kill()
+    """End a sandbox whose command was not seen to start, and everything under it: a
+    cancel may come after the command started but before its ready byte was read,
+    and then the command's processes, which hold the status pipe ``box.finish``
+    reads to its end, must go too (killing the sandbox's first process alone would
+    leave bubblewrap, and its command, running)."""
+    terminate(ProcessTree(process.pid), grace=0)
     process.wait()
     if process.stdout is not None:
         process.stdout.close()

@@ -21,6 +21,11 @@ EXIT trap replaces ours: its cwd and state are not saved that time.
 Both memfds are the command's own (what it writes there can only change its own
 session's next start, which the command could do anyway); a report bigger than
 ``MAX_REPORT_BYTES`` is dropped.
+
+A command whose stderr is read apart from its stdout (OpenAI's ``shell``, F16) gets a
+third fd, a pipe's write end: the prelude moves the command's stderr there before it
+runs (``exec 2>&N``), so that what the sandbox says before bash starts still reaches
+the output, as its failure.
 """
 
 from __future__ import annotations
@@ -59,12 +64,12 @@ _SAVE_STATE = (
 
 @dataclass(slots=True)
 class CommandShell:
-    """The two memfds of one command: ``env`` and ``fds`` go to its start (the fd
-    numbers are the same inside: both starters keep them); ``report`` reads what it
-    left, ``close`` lets them go."""
+    """The two memfds of one command (and its stderr's pipe, when it has one of its
+    own): ``env`` and ``fds`` go to its start (the fd numbers are the same inside:
+    both starters keep them); ``report`` reads what it left, ``close`` lets them go."""
 
     env: dict[str, str]
-    fds: tuple[int, int]  # the prelude, the report
+    fds: tuple[int, ...]  # the prelude, the report[, stderr's write end]
 
     def report(self) -> bytes | None:
         """What the EXIT trap wrote, without the end mark; None when it did not end it."""
@@ -137,25 +142,32 @@ class SavedShell:
             return path
         return str(self._view) + path[len(workspace) :]
 
-    def command_shell(self, inside: tuple[int, int] | None = None) -> CommandShell:
+    def command_shell(
+        self, inside: tuple[int, ...] | None = None, stderr: int | None = None
+    ) -> CommandShell:
         """The prelude for the next command, and an empty report for it; ``inside``:
-        the numbers the command will know the two by, when not the same as ours (the
-        session sandbox's helper gives them as 3 and 4)."""
+        the numbers the command will know them by, when not the same as ours (the
+        session sandbox's helper gives them as 3, 4, 5); ``stderr``: a pipe's write
+        end the command's stderr goes to (the shell owns it from here)."""
         prelude = os.memfd_create("toolpool-bash-prelude")
         report = os.memfd_create("toolpool-bash-report")
+        fds = (prelude, report) if stderr is None else (prelude, report, stderr)
         try:
-            named = inside or (prelude, report)
+            named = inside[: len(fds)] if inside else fds
             with open(prelude, "wb", closefd=False) as f:
-                f.write(self._prelude(named[1]))
+                f.write(self._prelude(named[1], named[2] if stderr is not None else None))
             os.lseek(prelude, 0, os.SEEK_SET)
         except BaseException:
-            os.close(prelude)
-            os.close(report)
+            for fd in fds:
+                os.close(fd)
             raise
-        return CommandShell({"BASH_ENV": f"/dev/fd/{named[0]}"}, (prelude, report))
+        return CommandShell({"BASH_ENV": f"/dev/fd/{named[0]}"}, fds)
 
-    def _prelude(self, report: int) -> bytes:
+    def _prelude(self, report: int, stderr: int | None) -> bytes:
         parts = [b"builtin unset BASH_ENV\n"]
+        if stderr is not None:  # the command's stderr apart from its stdout (F16)
+            # `command exec`: `builtin exec` would apply the redirections to itself alone.
+            parts.append(f"command exec 2>&{stderr} {stderr}>&-\n".encode())
         if self.persistent:
             with contextlib.suppress(OSError):
                 state = (self.directory / _STATE_FILE).read_bytes()

@@ -142,8 +142,10 @@ class Channel:
         self._main_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._serve, name="toolpool-io", daemon=True)
 
-    def start(self) -> None:
-        ready = encode(Ready(self.worker_id, os.getpid()))
+    def start(self, failure: str = "") -> None:
+        """Say ``Ready`` on both lines (with ``failure``: what kept this worker from
+        loading its session's tools, SPEC A5), then serve the socket."""
+        ready = encode(Ready(self.worker_id, os.getpid(), failure=failure))
         self._control.send(ready)  # the pool takes calls to a worker once both are in
         with self._lock:
             self._socket.send(ready)

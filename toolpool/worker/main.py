@@ -21,6 +21,7 @@ from toolpool.sandbox import linux, seccomp
 from toolpool.sandbox.limits import Limits, apply_process_limits
 from toolpool.sandbox.policy import Policy, set_active_policy
 from toolpool.sandbox.profile import SandboxProfile, set_active_profile
+from toolpool.worker import session_tools
 from toolpool.worker.channel import RESULT_HOLD, Channel
 from toolpool.worker.runner import Runner
 
@@ -44,6 +45,10 @@ class WorkerConfig:
     netns: str = ""  # or enter this one: a policy session's (SPEC N11)
     netns_inode: int = 0
     limit_address_space: bool = True  # no memory cgroup: RLIMIT_AS bounds each call
+    # A worker bound to a session's shipped tools (SPEC A6): the session it serves
+    # alone, and the pickle of its tools, loaded once the worker is confined.
+    bound_session: str = ""
+    session_tools: bytes = b""
     # How long a finished call's result may wait for the next one's, while a call waits.
     result_hold: float = RESULT_HOLD
 
@@ -98,9 +103,18 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
     linux.become_subreaper()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the coordinator
     confine(config)
+    failure = ""
+    if config.session_tools:  # the client's code, loaded confined (SPEC A6)
+        try:
+            registry = session_tools.load(registry, config.session_tools)
+        except session_tools.LoadFailure as exc:
+            log.error("worker %s: its session's tools did not load", config.worker_id, exc_info=exc)
+            failure = str(exc)
     channel = Channel(
         config.endpoint, config.worker_id, config.heartbeat_interval, config.result_hold
     )
+    if failure:
+        return _refuse_every_call(channel, failure)
     runner = Runner(
         registry,
         channel,
@@ -125,6 +139,12 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
                 continue
             if not channel.begin_call(message.ticket):
                 continue  # a Cancel took it back before it started
+            bound = config.bound_session
+            if bound and message.context.session_id != bound:
+                # The pool never sends one; a worker that holds a session's code takes
+                # no other session's call, whatever comes.
+                channel.end_call(message.ticket, encode(_not_ours(message, bound)))
+                continue
             try:
                 result, frame = runner.answer(message)
             except Cancelled:
@@ -138,6 +158,31 @@ def serve(config: WorkerConfig, registry: ToolRegistry) -> int:
     finally:
         runner.close()
         channel.close()
+
+
+def _refuse_every_call(channel: Channel, failure: str) -> int:
+    """The session's tools did not load: say so (``Ready`` with the failure) and take
+    no call until the pool's ``Shutdown``."""
+    channel.start(failure)
+    try:
+        while True:
+            message = channel.receive()
+            if isinstance(message, Shutdown):
+                return 0
+            if isinstance(message, Execute):
+                channel.withdraw(message.ticket)
+    finally:
+        channel.close()
+
+
+def _not_ours(message: Execute, bound: str) -> Result:
+    call = ToolCall(message.call_id, message.tool, message.arguments)
+    refused = ToolResult.error(
+        call,
+        ErrorCode.EXECUTION_FAILED,
+        f"This worker holds the tools of session {bound} and runs no other session's calls.",
+    )
+    return Result(message.call_id, CallStatus.ERROR, refused.to_dict())
 
 
 def _leaves_unfit(result: Result) -> bool:
