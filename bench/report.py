@@ -8,7 +8,7 @@ from typing import Any
 
 from bench import perfdso
 from bench.format import MiB, num, pcells, times
-from bench.scenarios import branch, environment, scale, session, shells
+from bench.scenarios import branch, egress, environment, scale, session, shells
 from bench.targets import describe_flood, describe_session_limit, targets
 
 
@@ -307,6 +307,9 @@ def markdown(data: dict[str, Any], command: str) -> str:
 
     if env := data.get("environment"):
         lines += environment.report(env)
+
+    if out := data.get("egress"):
+        lines += egress.report(out)
 
     if branched := data.get("branch"):
         lines += branch.report(branched)

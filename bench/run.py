@@ -34,6 +34,7 @@ from bench.scenarios import (
     branch,
     confinement,
     cpu,
+    egress,
     environment,
     flood,
     interrupts,
@@ -58,6 +59,7 @@ SCENARIOS = (
     "recovery",
     "confinement",
     "environment",
+    "egress",
     "branch",
     "peers",
     "soak",
@@ -145,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 data[name] = confinement.run(args.quick, workspace)
             elif name == "environment":
                 data[name] = environment.run(args.quick, workspace)
+            elif name == "egress":
+                data[name] = egress.run(args.quick, workspace)
             elif name == "branch":
                 data[name] = branch.run(args.quick, workspace)
             elif name == "peers":

@@ -27,3 +27,5 @@ unpack._Source.readinto  # io.RawIOBase's protocol: BufferedReader calls it
 unpack._Counted.readinto
 
 _.get_tools  # pydantic-ai calls a toolset's get_tools (toolpool.integrations.pydantic_ai)
+_.bytes_up  # the proxy's counters (toolpool.egress.server.Counters), read by dataclasses.asdict
+_.bytes_down

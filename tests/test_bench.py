@@ -32,6 +32,7 @@ SCENARIOS = (
     "recovery",
     "confinement",
     "environment",
+    "egress",
     "branch",
     "peers",
     "soak",
@@ -152,6 +153,13 @@ def test_quick_bench_writes_every_scenario_with_its_samples(
             assert all(len(v) == branch["rounds"] for v in size["samples_ms"].values())
             assert size["fork_disk_bytes"] > 0
         assert branch["forks_at_once"]["succeeded"] == branch["forks_at_once"]["forks"] == 32
+
+    egress = data["egress"]  # N3: a daemon run as root, else said why not
+    if "skipped" not in egress:
+        assert set(egress["median"]) == {"direct", "forward", "tunnel"}
+        assert all(m["small_ms"] > 0 and m["large_mb_s"] > 0 for m in egress["median"].values())
+        counters = egress["proxy_counters"]
+        assert counters["allowed"] == counters["connections"] > 0 and counters["denied"] == 0
 
     peers = data["peers"]["throughput_calls_per_second"]
     assert {"ProcessPoolExecutor", "multiprocess.Pool", "toolpool"} <= set(peers)

@@ -95,6 +95,12 @@ def _add_daemon_flags(parser: argparse.ArgumentParser) -> None:
         metavar="TOOL.LIMIT=VALUE",
         help="a per-tool limit, as [tool_limits.TOOL] in the file (repeatable)",
     )
+    parser.add_argument(
+        "--network-resolve",
+        action="append",
+        metavar="NAME=IP[:PORT]",
+        help="the egress proxy sends NAME there, as [network_resolve] in the file (repeatable)",
+    )
     for flag, name in DEPRECATED_FLAGS:
         dashed = "--" + name.replace("_", "-")
         parser.add_argument(
@@ -110,7 +116,11 @@ def _daemon_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The flags as ``load_config`` takes them (None: not given)."""
     from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
 
-    flags: dict[str, Any] = {"config": args.config, "tool_limit": args.tool_limit}
+    flags: dict[str, Any] = {
+        "config": args.config,
+        "tool_limit": args.tool_limit,
+        "network_resolve": args.network_resolve,
+    }
     for setting in SETTINGS:
         value = getattr(args, setting.name)
         flags[setting.name] = ",".join(value) if isinstance(value, list) else value
@@ -133,6 +143,7 @@ def _daemon_argv(flags: dict[str, Any]) -> list[str]:
         if setting.name in flags.get("limits", {}):
             argv.append(f"{setting.flag}={flags['limits'][setting.name]}")
     argv += [f"--tool-limit={item}" for item in flags.get("tool_limit") or ()]
+    argv += [f"--network-resolve={item}" for item in flags.get("network_resolve") or ()]
     return argv
 
 

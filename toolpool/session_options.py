@@ -24,6 +24,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from toolpool.egress.rules import NetworkPolicy, PolicyError
 from toolpool.policy import GateMode, PolicyRule, parse_policy
 from toolpool.profiles import DEFAULT_PROFILE, PROFILES
 from toolpool.sandbox.limits import Limits
@@ -50,6 +51,14 @@ class Root(StrEnum):
 
     HOST = "host"  # the host's, read-only
     OVERLAY = "overlay"  # the host's, copy-on-write for this session alone
+
+
+class Network(StrEnum):
+    """What a session's commands may reach (SPEC N1); a ``NetworkPolicy`` is the
+    third choice."""
+
+    OFF = "off"  # nothing: an empty network namespace
+    OPEN = "open"  # the outside, never this host (X3)
 
 
 class WorkspaceMode(StrEnum):
@@ -168,6 +177,27 @@ def _root(value: Any) -> Root | ImageRoot:
     return ImageRoot(image)
 
 
+def _network(value: Any) -> Network | NetworkPolicy:
+    if isinstance(value, Mapping):
+        try:
+            return NetworkPolicy.parse(value)
+        except PolicyError as exc:
+            raise _Refused(str(exc)) from None
+    try:
+        return Network(value)
+    except (ValueError, TypeError):
+        raise _Refused(
+            "expected 'off', 'open' or a policy {'allow': [...], 'deny': [...], 'ask': false}"
+        ) from None
+
+
+def network_rank(network: Network | NetworkPolicy) -> int:
+    """How much a choice lets through: off < a policy < open (the daemon's ceiling)."""
+    if isinstance(network, NetworkPolicy):
+        return 1
+    return 2 if network is Network.OPEN else 0
+
+
 def _profile(value: Any) -> str:
     if value not in PROFILES:
         raise _Refused(f"expected one of {', '.join(repr(p) for p in PROFILES)}")
@@ -236,7 +266,10 @@ class SessionOptions:
     setting applies."""
 
     extra_roots: tuple[str, ...] = option((), _paths, "more directories the file tools may use")
-    allow_network: bool = option(False, _flag, "commands may reach the network (X3)")
+    allow_network: bool = option(False, _flag, "the old spelling of network = 'open' (deprecated)")
+    network: Network | NetworkPolicy = option(
+        Network.OFF, _network, "'off', 'open' (X3) or a policy of names (N1)"
+    )
     max_tool_errors: int | None = option(
         None, _count(0), "consecutive failures that open a tool's breaker (P2; 0: never)"
     )
@@ -290,6 +323,15 @@ class SessionOptions:
                 parsed[name] = known[name](value)
             except _Refused as why:
                 raise SessionOptionError(f"session option {name} = {shown(value)}: {why}") from None
+        # allow_network = true is network = "open" (N1): either spelling gives both.
+        if parsed.get("allow_network"):
+            if parsed.setdefault("network", Network.OPEN) is not Network.OPEN:
+                raise SessionOptionError(
+                    "session option allow_network = True is the old spelling of network = "
+                    f"'open', and network = {shown(options['network'])} says otherwise: give one"
+                )
+        elif parsed.get("network") is Network.OPEN:
+            parsed["allow_network"] = True
         return cls(**parsed)
 
     def given(self) -> dict[str, Any]:
@@ -315,6 +357,8 @@ class SessionOptions:
                 value = value.value
             elif isinstance(value, ImageRoot):
                 value = {"image": value.image}
+            elif isinstance(value, NetworkPolicy):
+                value = value.to_wire()
             elif isinstance(value, Mapping):
                 value = dict(value)
             wire[name] = value

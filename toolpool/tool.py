@@ -24,6 +24,7 @@ from toolpool.models import ContentBlock, ImageBlock, TextBlock
 
 if TYPE_CHECKING:
     from toolpool.background import BackgroundShells
+    from toolpool.egress.rules import NetworkPolicy
     from toolpool.file_reads import FileReadRegister
     from toolpool.sandbox.limits import Limits
 
@@ -141,6 +142,10 @@ class ToolContext:
     limits: Limits | None = None  # the call's limits, where the executor knows them
     shells: BackgroundShells | None = None  # the session's background shells, if offered
     tool_profile: str = "toolpool"  # whose tools the session's calls use (SPEC F12)
+    # The session's network policy (SPEC N1), where it has one; in a worker, its
+    # proxy's key instead (``egress``: the proxy variables' tokens, N3).
+    network_policy: NetworkPolicy | None = None
+    egress: str = ""
 
     def report_progress(self, data: Any) -> None:
         """Report progress: text (e.g. a chunk of output) or a JSON-able value."""

@@ -32,6 +32,11 @@ class ApprovalRouting:
     def _approval(self, message: wire.ApprovalRequest) -> list[Deferred]:
         item = ApprovalRequested(message, self._answer)
         handler = self._handlers.get(message.session_id)
+        if handler is None and message.kind == "network":
+            # A connection waits in the proxy, maybe for a background shell no turn
+            # follows: without a handler to ask, it is refused now, saying why (N6).
+            self.decide(item, (False, "the session has no on_approval handler to ask"))
+            return []
         if handler is None:
             self._file(item)  # the turn's reader answers it (or nobody, and it times out)
             return []
@@ -45,8 +50,8 @@ class ApprovalRouting:
         """An ``on_approval`` handler returned ``value`` (True, False or (allowed,
         reason)): the answer is queued, and the request joins its turn's items."""
         if self.failure is None:
-            allowed, reason = decision(value)
-            item._reply(allowed, reason)  # nothing new when the handler answered itself
+            allowed, reason, scope = decision(value)
+            item._reply(allowed, reason, scope)  # nothing new when the handler answered
         self._file(item)
 
     def refuse(self, deferred: Deferred, reason: str) -> None:

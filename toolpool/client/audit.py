@@ -64,6 +64,8 @@ def json_line(record: dict[str, Any]) -> str:
 def format_line(record: dict[str, Any]) -> str:
     """One record as one line for people: when, where, what, how it ended; each field
     through ``terminal_safe``, whatever the model named its call."""
+    if record.get("kind") == "connection":
+        return _connection_line(record)
     gate = record.get("gate")
     decided = ""
     if isinstance(gate, dict) and gate:
@@ -80,6 +82,25 @@ def format_line(record: dict[str, Any]) -> str:
         took = f"  {terminal_safe(duration)} ms"
     where = (record.get(key, "") for key in ("time", "session", "turn", "call", "tool"))
     return "  ".join(terminal_safe(field) for field in where) + f"  {status}{took}{decided}"
+
+
+def _connection_line(record: dict[str, Any]) -> str:
+    """A policy session's connection (SPEC N8): when, where, to what, the decision and
+    what made it, the bytes each way."""
+    where = (record.get(key, "") for key in ("time", "session", "call"))
+    host, port = record.get("host", ""), record.get("port", "")
+    line = "  ".join(terminal_safe(field) for field in where)
+    line += f"  connect {terminal_safe(host)}:{terminal_safe(port)}"
+    line += f"  {terminal_safe(record.get('decision', '?'))} by {terminal_safe(record.get('by'))}"
+    if record.get("error"):
+        line += f" ({terminal_safe(record['error'])})"
+    up, down = record.get("bytes_up"), record.get("bytes_down")
+    if isinstance(up, int) and isinstance(down, int):
+        line += f"  {up} B up, {down} B down"
+    duration = record.get("duration_ms")
+    if isinstance(duration, int | float):
+        line += f"  {duration:.1f} ms"
+    return line
 
 
 def _records(lines: Iterator[str], session: str | None) -> Iterator[dict[str, Any]]:

@@ -56,13 +56,20 @@ class Sent:
 
 @dataclass(eq=False)
 class ApprovalRequested:
-    """The daemon's gate asks whether a call may run (SPEC P8). Answer with
-    ``approve()`` or ``deny(reason)``; no answer in ``timeout`` seconds is a denial.
+    """The daemon's gate asks whether a call may run (SPEC P8, ``kind`` "call"), or
+    a policy session's proxy whether a connection no rule names may go through
+    (N6, ``kind`` "network": ``host``, ``port``, and ``call`` the call whose command
+    opened it). Answer with ``approve()`` or ``deny(reason)`` — for a network
+    question, ``scope="session"`` makes the answer hold for the session's later
+    connections to that host and port too; no answer in ``timeout`` seconds is a
+    denial.
 
-    It appears among its turn's events (after the call's ``tool_start`` and preview),
-    unless the session has an ``on_approval`` handler that answered it. The answer
-    leaves on the call itself, in both clients (``await`` is optional); the first
-    answer counts, later ones are ignored.
+    A call's question appears among its turn's events (after the call's
+    ``tool_start`` and preview), unless the session has an ``on_approval`` handler
+    that answered it. A network question goes to the handler (which may also return
+    ``"session"``: allowed for the session); a session without a handler denies it at
+    once, saying so. The answer leaves on the call itself, in both clients (``await``
+    is optional); the first answer counts, later ones are ignored.
     """
 
     request: ApprovalRequest
@@ -88,17 +95,40 @@ class ApprovalRequested:
         """Whether the preview was cut at its cap (its text ends saying so)."""
         return self.request.preview_truncated
 
-    def approve(self) -> Sent:
-        return self._reply(True, "")
+    @property
+    def kind(self) -> str:
+        """``"call"`` (the gate, P8) or ``"network"`` (a connection, N6)."""
+        return self.request.kind
 
-    def deny(self, reason: str = "") -> Sent:
-        return self._reply(False, reason)
+    @property
+    def host(self) -> str:
+        """A network question's host, as the command asked for it ("" for a call's)."""
+        return self.request.host
 
-    def _reply(self, allowed: bool, reason: str) -> Sent:
+    @property
+    def port(self) -> int:
+        return self.request.port
+
+    def approve(self, scope: str = "") -> Sent:
+        """Allow; ``scope="session"``: a network question's later ones too."""
+        return self._reply(True, "", _scope(scope))
+
+    def deny(self, reason: str = "", scope: str = "") -> Sent:
+        """Refuse, saying ``reason``; ``scope="session"``: a network question's later
+        ones too."""
+        return self._reply(False, reason, _scope(scope))
+
+    def _reply(self, allowed: bool, reason: str, scope: str = "") -> Sent:
         if not self.answered:
-            self._answer(ApprovalReply(self.request.approval_id, allowed, reason))
+            self._answer(ApprovalReply(self.request.approval_id, allowed, reason, scope))
             self.answered = True
         return Sent()
+
+
+def _scope(scope: str) -> str:
+    if scope not in ("", "session"):
+        raise ValueError(f'scope must be "" or "session", not {scope!r}')
+    return scope
 
 
 TurnItem = Event | ApprovalRequested
@@ -218,12 +248,16 @@ def custom_calls_of(payload: Any, format: str | None) -> frozenset[str]:
     return custom_call_ids(payload)
 
 
-def decision(value: Any) -> tuple[bool, str]:
-    """What an ``on_approval`` handler returned: True/False, or (allowed, reason)."""
+def decision(value: Any) -> tuple[bool, str, str]:
+    """What an ``on_approval`` handler returned — True/False, (allowed, reason), or
+    ``"session"`` (allowed, and for the session's later connections to that host
+    and port: N6) — as (allowed, reason, scope)."""
     if isinstance(value, tuple):
         allowed, reason = value
-        return bool(allowed), str(reason)
-    return bool(value), ""
+        return bool(allowed), str(reason), ""
+    if value == "session":
+        return True, "", "session"
+    return bool(value), "", ""
 
 
 __all__ = [

@@ -223,6 +223,8 @@ class AuditLog:
         return False
 
     def _line(self, record: Record) -> str:
+        if "_arguments" not in record:  # a connection's record (N8): as it came
+            return json.dumps(record, ensure_ascii=False, default=str) + "\n"
         arguments = record.pop("_arguments")
         line = {**record, "arguments_sha256": arguments_hash(arguments)}
         if self.arguments:
@@ -287,6 +289,23 @@ class Auditor:
         self.log = log
         self._open: dict[tuple[str, str], Record] = {}
         self._forks: dict[str, str] = {}  # a forked session → the session it came from
+
+    def connection(self, record: Record) -> None:
+        """A policy session's connection ended or was refused (N8): a record of its
+        own, ``"kind": "connection"``, with the session, the call, the host and port,
+        the decision and what made it, the bytes each way and the duration."""
+        self.log.write(
+            {
+                "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "kind": "connection",
+                **record,
+                **(
+                    {"forked_from": self._forks[s]}
+                    if (s := record.get("session")) in self._forks
+                    else {}
+                ),
+            }
+        )
 
     def forked(self, session_id: str, parent_id: str) -> None:
         """``session_id`` is a fork of ``parent_id`` (B3): its records say so."""

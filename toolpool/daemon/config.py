@@ -7,7 +7,10 @@ exists. Its keys are the settings below; ``[limits]`` holds the default per-call
 limits and ``[tool_limits.<tool>]`` the operator's per-tool ones. Environment
 variables are ``TOOLPOOL_<SETTING>`` (lists comma-separated) and
 ``TOOLPOOL_LIMITS_<LIMIT>``; flags are ``--<setting-with-dashes>``,
-``--limits-<limit>`` and ``--tool-limit TOOL.LIMIT=VALUE``.
+``--limits-<limit>`` and ``--tool-limit TOOL.LIMIT=VALUE``. ``[network_resolve]``
+pins names for the egress proxy (``"NAME" = "IP[:PORT]"``; SPEC N10), as do
+``TOOLPOOL_NETWORK_RESOLVE`` (``NAME=IP[:PORT],…``) and ``--network-resolve
+NAME=IP[:PORT]`` (repeatable).
 
 One table (``SETTINGS``, ``LIMIT_SETTINGS``) describes every setting once: its kind
 (type, range or choices), its documentation, its variable and its flag. The three
@@ -39,6 +42,7 @@ from toolpool.daemon.value_kinds import (
     PathKind,
     Refused,
 )
+from toolpool.egress.addresses import Pin, PinError, parse_pin
 from toolpool.errors import ToolpoolError
 from toolpool.protocol import CHUNK_BYTES
 from toolpool.registry import ToolRegistry, tools_in_module
@@ -48,6 +52,7 @@ from toolpool.sandbox.profile import MECHANISMS
 from toolpool.session_options import DEFAULT_LAYER_BYTES
 
 MIN_CLIENT_BUFFER = 2 * CHUNK_BYTES
+NETWORK_CEILINGS = ("off", "policy", "open")  # by rank: session_options.network_rank
 DEFAULT = "default"  # the source of a value nobody set
 
 
@@ -161,6 +166,11 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("image_dirs", _PATHS, "where session image roots may lie (empty: images off)"),
     _setting("image_cache", PathKind(), "the unpacked image layers' cache directory"),
     _setting("image_cache_bytes", Integer(1024 * 1024, "BYTES"), "the image cache's bound"),
+    _setting(
+        "network",
+        Choice(NETWORK_CEILINGS),
+        "the most a session's network may be: off, a policy of names, or open (N1)",
+    ),
 )
 
 _LIMIT_DOCS = {
@@ -252,6 +262,10 @@ class DaemonConfig:
     image_dirs: tuple[str, ...] = ()  # images off
     image_cache: Path | None = None  # None: ~/.cache/toolpool/images
     image_cache_bytes: int = 10 * 1024**3
+    # A session's network (SPEC N1, N10; docs/security.md): the most it may be, and
+    # names the egress proxy sends where the operator says.
+    network: str = "open"
+    network_resolve: dict[str, Pin] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # A config made in code meets the same table as one loaded (no sources to name).
@@ -260,6 +274,7 @@ class DaemonConfig:
             if value is not None:
                 setting.parse(value, "DaemonConfig", text=False)
         _check_relations(lambda name: getattr(self, name), {})
+        _check_network(self.network, self.limits, self.tool_limits, {})
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -309,6 +324,25 @@ def _check_relations(get: Callable[[str], Any], sources: Mapping[str, str]) -> N
         raise ConfigError(
             f"{named('curve_secret_key')} needs curve_authorized_keys "
             "(a directory of the clients' public keys)"
+        )
+
+
+def _check_network(
+    network: str,
+    limits: Limits,
+    tool_limits: Mapping[str, Mapping[str, Any]],
+    sources: Mapping[str, str],
+) -> None:
+    """``limits.network = true`` is network "open" (N1): past a lower ceiling, it is
+    a contradiction the operator must settle."""
+    if network == "open":
+        return
+    opened = ["limits.network"] if limits.network else []
+    opened += [f"tool_limits.{t}.network" for t, v in tool_limits.items() if v.get("network")]
+    if opened:
+        raise ConfigError(
+            f"{opened[0]} = true means network = 'open', past network = {network!r} "
+            f"({sources.get('network', DEFAULT)}): drop one of them"
         )
 
 
@@ -372,6 +406,7 @@ class _Layers:
         self.sources: dict[str, str] = {}
         self.limits: dict[str, Any] = {}
         self.tool_limits: dict[str, dict[str, Any]] = {}
+        self.network_resolve: dict[str, Pin] = {}
 
     def set(self, name: str, value: Any, source: str, *, text: bool) -> None:
         setting = _BY_NAME.get(name)
@@ -403,10 +438,33 @@ class _Layers:
             into = self.tool_limits.setdefault(tool, {})
             for name, value in overrides.items():
                 self.limit(into, name, value, f"{path} [tool_limits.{tool}]", text=False)
+        pins = table.pop("network_resolve", {})
+        if not isinstance(pins, dict):
+            raise ConfigError(f'{path}: network_resolve must be a table ("NAME" = "IP:PORT")')
+        for name, target in pins.items():
+            self.pin(name, target, f"{path} [network_resolve]")
         for name, value in table.items():
             self.set(name, value, str(path), text=False)
 
+    def pin(self, name: Any, target: Any, source: str) -> None:
+        try:
+            key, pin = parse_pin(name, target)
+        except PinError as exc:
+            raise ConfigError(f"{source}: network_resolve {exc}") from None
+        self.network_resolve[key] = pin
+
+    def pins(self, items: Iterable[str], source: str) -> None:
+        """``NAME=IP[:PORT]`` items (the variable's, comma-separated; the flags')."""
+        for item in items:
+            name, sep, target = item.strip().partition("=")
+            if not sep:
+                raise ConfigError(f"{source}: {item!r}: expected NAME=IP or NAME=IP:PORT")
+            self.pin(name.strip(), target.strip(), source)
+
     def environment(self, env: Mapping[str, str]) -> None:
+        text = env.get("TOOLPOOL_NETWORK_RESOLVE", "")
+        if text.strip():
+            self.pins(text.split(","), "environment TOOLPOOL_NETWORK_RESOLVE")
         for setting in SETTINGS:
             if setting.env in env:
                 self.set(setting.name, env[setting.env], f"environment {setting.env}", text=True)
@@ -424,6 +482,9 @@ class _Layers:
             elif name == "tool_limit":
                 for item in value:
                     self.tool_limit(item)
+            elif name == "network_resolve":
+                for item in value:
+                    self.pins([item], "flag --network-resolve")
             else:
                 flag = _BY_NAME[name].flag if name in _BY_NAME else "--" + name
                 self.set(name, value, f"flag {flag}", text=isinstance(value, str))
@@ -441,7 +502,7 @@ class _Layers:
         self.limit(self.tool_limits.setdefault(tool, {}), name, text, source, text=True)
 
 
-_TABLES = ("limits", "tool_limits")
+_TABLES = ("limits", "tool_limits", "network_resolve")
 
 
 def load_config(
@@ -454,7 +515,8 @@ def load_config(
 
     ``flags`` maps setting names to values (text as the command line gives it, or the
     setting's own type), ``"config"`` to the TOML file, ``"limits"`` to a mapping of
-    limits and ``"tool_limit"`` to ``TOOL.LIMIT=VALUE`` strings. ``check_modules``:
+    limits, ``"tool_limit"`` to ``TOOL.LIMIT=VALUE`` strings and
+    ``"network_resolve"`` to ``NAME=IP[:PORT]`` strings. ``check_modules``:
     whether each tool module must be found (SPEC E2); the daemon's control commands,
     which only need its runtime directory, skip it."""
     env = os.environ if env is None else env
@@ -477,7 +539,14 @@ def load_config(
     # Relations are judged with the sources at hand, before the dataclass judges them
     # again without: the message names where each value came from.
     _check_relations(lambda name: layers.values.get(name, _DEFAULTS.get(name)), layers.sources)
-    made = DaemonConfig(**layers.values, limits=limits, tool_limits=layers.tool_limits)
+    network = layers.values.get("network", _DEFAULTS["network"])
+    _check_network(network, limits, layers.tool_limits, layers.sources)
+    made = DaemonConfig(
+        **layers.values,
+        limits=limits,
+        tool_limits=layers.tool_limits,
+        network_resolve=layers.network_resolve,
+    )
     if check_modules:
         check_tool_modules(made.tool_modules, layers.sources.get("tool_modules", DEFAULT))
     return made

@@ -77,6 +77,7 @@ class DaemonCore:
         max_sessions_per_client: int = 64,
         max_sessions: int = 1024,
         audit: AuditLog | None = None,
+        network: str = "open",
         session_tools: SessionTools = SessionTools.LOCAL,
         is_local: Callable[[Address], bool] = lambda _: True,
         mcp_left_out: Sequence[Mapping[str, str]] = (),
@@ -105,6 +106,7 @@ class DaemonCore:
             max_sessions_per_client=max_sessions_per_client,
             max_sessions=max_sessions,
             auditor=self.auditor,
+            network=network,
             session_tools=session_tools,
             is_local=is_local,
         )

@@ -175,6 +175,7 @@ async def _serve(
             image_dirs=tuple(Path(p) for p in config.image_dirs),
             image_cache=config.image_cache or default_cache_root(),
             image_cache_bytes=config.image_cache_bytes,
+            network_resolve=config.network_resolve,
         )
     )
     try:
@@ -221,6 +222,7 @@ async def _serve(
         max_sessions=config.max_sessions,
         spill_dir=spill,
         audit=audit,
+        network=config.network,
         session_tools=SessionTools(config.session_tools),
         mcp_left_out=imported.left_out,
     )

@@ -59,6 +59,7 @@ class Server:
         max_sessions: int = 1024,
         spill_dir: Path | None = None,
         audit: AuditLog | None = None,
+        network: str = "open",
         session_tools: SessionTools = SessionTools.LOCAL,
         mcp_left_out: Sequence[Mapping[str, str]] = (),
     ) -> None:
@@ -79,6 +80,7 @@ class Server:
             max_sessions_per_client=max_sessions_per_client,
             max_sessions=max_sessions,
             audit=audit,
+            network=network,
             session_tools=session_tools,
             is_local=self.is_local,
             mcp_left_out=mcp_left_out,

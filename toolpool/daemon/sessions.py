@@ -21,8 +21,10 @@ from toolpool.daemon.approvals import Approvals
 from toolpool.daemon.audit import Auditor
 from toolpool.daemon.branching import Branching
 from toolpool.daemon.clients import Clients
+from toolpool.daemon.network import SessionNetworks
 from toolpool.daemon.records import Address, BadRequest, ClientState, SessionEntry
 from toolpool.daemon.shipped import SessionTools, admit
+from toolpool.egress.rules import NetworkPolicy
 from toolpool.engine.approvals import make_gate
 from toolpool.engine.coordinator import Coordinator
 from toolpool.engine.gate import Gate, GateDecision, GateRequest
@@ -71,6 +73,7 @@ class Sessions:
         max_sessions_per_client: int,
         max_sessions: int,
         auditor: Auditor | None,
+        network: str = "open",
         session_tools: SessionTools = SessionTools.LOCAL,
         is_local: Callable[[Address], bool] = lambda _: True,
     ) -> None:
@@ -90,6 +93,7 @@ class Sessions:
         self.draining = False
         self.closing: set[asyncio.Task[None]] = set()  # sessions closing after their turns
         self.branching = Branching(self, coordinator, pool, clients, auditor)
+        self.networks = SessionNetworks(self.table, pool, self.approvals, auditor, network)
 
     def owner(self, session_id: str) -> Address | None:
         """The client whose session ``session_id`` is (None: no such session)."""
@@ -125,6 +129,7 @@ class Sessions:
         except SessionOptionError as exc:
             raise BadRequest(FailureCode.BAD_REQUEST, str(exc)) from None
         self._admit_environment(options)
+        self.networks.admit(options, message.options)
         shipped = self._admit_tools(client, message)
         payload = None if message.tools is None else message.tools.payload
         entry = self.add(client, message.workspace, options, shipped=(shipped, payload))
@@ -169,10 +174,13 @@ class Sessions:
         entry.gate = gate
         if shipped_specs and self.pool is not None and payload is not None:
             # Their calls run on workers of their own, which load the pickle (A6).
-            entry.binding = self.pool.bind(session.id, payload)
+            # A policy session's run in its network namespace (N11), as its calls do.
+            egress = isinstance(options.network, NetworkPolicy)
+            entry.binding = self.pool.bind(session.id, payload, egress=egress)
             for spec in shipped_specs:
                 spec.binding = entry.binding
         self.table[session.id] = entry
+        self.networks.opened(entry)
         client.sessions.add(session.id)
         if forked_from is None:
             self.branching.opened(entry)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolpool.daemon.records import Address, ClientState, SessionEntry
+from toolpool.egress.rules import NetworkPolicy
 from toolpool.engine.coordinator import Coordinator
 from toolpool.pool import WorkerPool
 from toolpool.providers import definitions
@@ -55,6 +56,7 @@ def daemon_status(
             "shell": entry.session.options.shell.value,
             "sandboxes": sandboxes.get(session_id, []),  # V1: network, state, pid
             "environment": _environment(entry.session.options, pool, session_id),
+            "network": _network(entry.session.options, pool, session_id),
             "shipped_tools": [] if entry.binding is None else _shipped(entry),  # A5
             "bound_workers": _bound(pool, entry),  # A6: the pids of its tools' workers
         }
@@ -93,7 +95,22 @@ def daemon_status(
         status["sandbox"] = workers.profile
         status["background_shells"] = len(pool.shells.running())
         status["sandbox_retries"] = pool.sandbox_retries  # X12: failed before, started again
+        status["egress_proxy"] = pool.egress.statistics()  # N3: its process
     return status
+
+
+def _network(options: SessionOptions, pool: WorkerPool | None, session_id: str) -> dict[str, Any]:
+    """A session's network (N1) and, for a policy once its proxy serves it, the
+    proxy's counters (N8): connections, allowed, denied, asked, active, dropped,
+    bytes up and down."""
+    network = options.network
+    if not isinstance(network, NetworkPolicy):
+        return {"mode": network.value}
+    shown: dict[str, Any] = {"mode": "policy", "policy": network.to_wire()}
+    counters = None if pool is None else pool.egress.counters(session_id)
+    if counters is not None:
+        shown["proxy"] = counters
+    return shown
 
 
 def tool_definitions(coordinator: Coordinator, format: str) -> list[dict[str, Any]]:

@@ -77,6 +77,9 @@ class InProcessExecutor:
         self.cancel_grace = cancel_grace
 
     def submit(self, request: ExecutionRequest, done: Done) -> None:
+        if request.context.network_policy is not None:
+            done(_no_policy_here(request))  # N3: it fails closed
+            return
         ctx = self._context(request)
         if request.stage is not Stage.EXECUTE:
             try:
@@ -204,3 +207,15 @@ async def _preflight(request: ExecutionRequest, ctx: ToolContext) -> ToolResult 
     if preview is not None:
         request.on_preview(*capped(preview))
     return None
+
+
+def _no_policy_here(request: ExecutionRequest) -> ToolResult:
+    """A policy session's call in this process, which has no namespace and no proxy
+    to carry the policy out (SPEC N3): refused, never run with the process's network."""
+    return ToolResult.error(
+        request.call,
+        ErrorCode.SANDBOX_FAILED,
+        "This session's network is a policy, which only the daemon's worker pool carries "
+        "out (a network namespace and a proxy of the session's own): in-process, its "
+        "tools do not run.",
+    )

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from toolpool.cancel import CancelToken
+from toolpool.egress.rules import NetworkPolicy
 from toolpool.engine.breaker import Breaker
 from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS
 from toolpool.file_reads import FileReadRegister
@@ -91,6 +92,9 @@ class Session:
         self.tools = ToolRegistry() if tools is None else tools
         self.extra_roots = tuple(Path(r).resolve() for r in options.extra_roots)
         self.allow_network = options.allow_network
+        self.network_policy = (
+            options.network if isinstance(options.network, NetworkPolicy) else None
+        )
         self.persistent_shell = options.shell is Shell.PERSISTENT
         self.image = options.root.image if isinstance(options.root, ImageRoot) else ""
         self.workspace_overlay = options.workspace_mode is WorkspaceMode.OVERLAY
@@ -197,6 +201,7 @@ class Session:
             cancel_token=cancel_token,
             limits=self.call_limits,
             tool_profile=self.tool_profile,
+            network_policy=self.network_policy,
         )
         if progress is not None:
             ctx.progress = progress

@@ -250,6 +250,11 @@ class Dispatch(CallStops):
                 call = self._from(worker, message.call_id)
                 if call is None:
                     return
+                binding = worker.binding
+                if binding is not None and binding.egress:
+                    # What the proxy said of the call, read while the worker's token
+                    # still names it (N7).
+                    self.shells.sandboxes.egress.drain()
                 worker.given.popleft()
                 retries = message.usage.get("sandbox_retries")
                 if retries:

@@ -9,10 +9,12 @@ owns the sandboxes: a worker that is recycled or lost changes nothing, and any
 worker runs any command of the session in the same one.
 
 A session whose calls differ in network (a tool's limits may allow it where the
-session does not) has one sandbox for each. Starting one takes a few milliseconds
-(tens with pasta): it runs in a thread of its own, never on the event loop, one
-start per session at a time (a second request waits for the first's). A start that
-fails is the call's ``sandbox_failed`` error; the next request tries again.
+session does not) has one sandbox for each: offline, open (pasta, X3), or in the
+session's own network namespace behind its proxy (a network policy, N3: egress.py).
+Starting one takes a few milliseconds (tens with pasta): it runs in a thread of its
+own, never on the event loop, one start per session at a time (a second request
+waits for the first's). A start that fails is the call's ``sandbox_failed`` error;
+the next request tries again.
 
 Sockets live in ``<runtime dir>/s``, which no command sees (X2); a dead
 daemon's sandboxes die with it (their helper holds a pipe from this process) and
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolpool.pool.egress import SessionEgress
 from toolpool.pool.processes import WorkerProcesses
 from toolpool.pool.session_layers import SessionLayers
 from toolpool.protocol import CallContext
@@ -44,7 +47,7 @@ from toolpool.session_options import Root
 
 log = logging.getLogger("toolpool.pool")
 
-Key = tuple[str, bool]  # session id, network allowed
+Key = tuple[str, str]  # session id, network: "off", "open" or "policy"
 # A checkpoint's sandboxes start again this long after it, unless something of the
 # session came first (a command starts its own; another checkpoint or a rewind would
 # end it at once).
@@ -57,7 +60,7 @@ class _Entry:
     it was started for (its start again after a checkpoint, B1)."""
 
     ready: asyncio.Future[SessionSandbox]
-    network: bool
+    network: str  # "off", "open" or "policy"
     context: CallContext
     limits: Limits
 
@@ -69,6 +72,8 @@ class SessionSandboxes:
         self._processes = processes  # its runtime dir, sandbox profile and policy, once open
         self._entries: dict[Key, _Entry] = {}
         self.layers = SessionLayers(processes)  # the sessions' layers and images
+        # The policy sessions' network namespaces and their proxy (N3).
+        self.egress = SessionEgress(processes, processes.config.network_resolve)
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="toolpool-sandboxes")
         self._directory: Path | None = None
         self._profile = SandboxProfile.nothing()
@@ -114,7 +119,7 @@ class SessionSandboxes:
         return {"socket": socket, "layer": layer, "env": env, "working_dir": working_dir}
 
     async def _socket_for(self, context: CallContext, limits: Limits) -> Path:
-        network = limits.network or context.allow_network
+        network = network_of(context, limits)
         key = (context.session_id, network)
         entry = self._entries.get(key)
         if entry is not None and entry.ready.done():
@@ -143,9 +148,13 @@ class SessionSandboxes:
 
         def start() -> SessionSandbox:
             root, views, enter = self._placed(context, directory, limits.tmp_bytes)
+            netns, sockets = None, None
+            if entry.network == "policy":
+                netns = self.egress.network(context.session_id).fd
+                sockets = self.egress.unix_sockets(context.session_id)
             return SessionSandbox.start(
                 roots=roots,
-                network=entry.network,
+                network=entry.network == "open",
                 tmp_bytes=limits.tmp_bytes,
                 socket_dir=directory,
                 policy=policy,
@@ -153,6 +162,8 @@ class SessionSandboxes:
                 root=root,
                 views=views,
                 enter=enter,
+                netns=netns,
+                unix_sockets=sockets,
             )
 
         key = (context.session_id, entry.network)
@@ -281,7 +292,7 @@ class SessionSandboxes:
         def start_again() -> None:
             self._restarts.pop(session_id, None)
             for context, limits in started:
-                network = limits.network or context.allow_network
+                network = network_of(context, limits)
                 key = (session_id, network)
                 if (
                     self._open
@@ -304,6 +315,7 @@ class SessionSandboxes:
             waiting[0].cancel()
         ending = [k for k in self._entries if k[0] == session_id]
         await asyncio.gather(*(self._end(self._entries.pop(k)) for k in ending))
+        await self.egress.end_session(session_id)
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self._threads, self.layers.end, session_id
@@ -321,6 +333,7 @@ class SessionSandboxes:
         self._entries.clear()
         await asyncio.gather(*(self._end(e) for e in entries))
         self._threads.shutdown(wait=True)
+        await self.egress.close()
         # Their holders end with them, where they have one (V17).
         await asyncio.get_running_loop().run_in_executor(None, self.layers.end_all)
         if self._directory is not None:
@@ -373,3 +386,12 @@ class SessionSandboxes:
                 row["layer_used_bytes"] = layer.used_bytes()
             by_session.setdefault(session_id, []).append(row)
         return by_session
+
+
+def network_of(context: CallContext, limits: Limits) -> str:
+    """Which of a session's sandboxes a call's command starts in: ``"open"`` where
+    the session or the call's limits allow the network, ``"policy"`` where the
+    session has a network policy (N3), ``"off"`` else."""
+    if limits.network or context.allow_network:
+        return "open"
+    return "policy" if context.egress else "off"

@@ -20,7 +20,7 @@ from typing import Any
 from toolpool.cancel import CancelToken
 from toolpool.engine.executor import Done, ExecutionRequest
 from toolpool.file_reads import FileReadRegister, apply_changes
-from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
+from toolpool.models import ErrorCode, Stage, TextBlock, ToolCall, ToolResult
 from toolpool.outcomes import cancelled_result
 from toolpool.pool.pool import WorkerPool
 from toolpool.pool.workers import OutcomeStatus, PoolOutcome
@@ -75,7 +75,9 @@ class PoolExecutor:
             self._limits[key] = (overrides, limits, wire)
         return limits, wire
 
-    def _context(self, ctx: ToolContext, network: bool, view: str = "") -> CallContext:
+    def _context(
+        self, ctx: ToolContext, network: bool, view: str = "", egress: str = ""
+    ) -> CallContext:
         """The session's context as it crosses the wire, made once per session (and
         once more when its workspace's view is mounted)."""
         key = (ctx.session_id, network)
@@ -83,15 +85,16 @@ class PoolExecutor:
         if cached is not None:
             # The session hands every call the same objects: another session of the
             # same id (a new one, after the first closed) hands others.
-            workspace, extra_roots, scratch_dir, made_view = cached[0]
+            workspace, extra_roots, scratch_dir, made_view, made_egress = cached[0]
             if (
                 workspace is ctx.workspace
                 and extra_roots is ctx.extra_roots
                 and scratch_dir is ctx.scratch_dir
                 and made_view == view
+                and made_egress == egress
             ):
                 return cached[1]
-        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir, view)
+        made_of = (ctx.workspace, ctx.extra_roots, ctx.scratch_dir, view, egress)
         context = CallContext(
             session_id=ctx.session_id,
             workspace=str(ctx.workspace),
@@ -105,6 +108,7 @@ class PoolExecutor:
             workspace_view=view,
             scratch_dir=None if ctx.scratch_dir is None else str(ctx.scratch_dir),
             tool_profile=ctx.tool_profile,
+            egress=egress,
         )
         if len(self._contexts) >= _CACHE_MAX:
             self._contexts.clear()
@@ -130,11 +134,14 @@ class PoolExecutor:
             done(ToolResult.error(call, ErrorCode.EXECUTION_FAILED, f"Invalid limits: {exc}"))
             return
         network = limits.network or ctx.allow_network
+        egress = ""
+        if ctx.network_policy is not None and not network:  # N3: through its proxy
+            egress = self.pool.egress.register(ctx.session_id, ctx.network_policy)
         view = ""
         if ctx.workspace_overlay:
             mounted = self.pool.shells.sandboxes.mounted_view(ctx.session_id)
             if mounted is None:
-                self._mount_view(request, done, self._context(ctx, network))
+                self._mount_view(request, done, self._context(ctx, network, "", egress))
                 return
             view = str(mounted)
             ctx.workspace_view = mounted  # the paths named below are the view's
@@ -145,7 +152,7 @@ class PoolExecutor:
                 if stamp is not None:
                     stamps[FileReadRegister.key(path)] = stamp.to_dict()
         pool = self.pool
-        frames = self._frames(self._context(ctx, network, view), wire)
+        frames = self._frames(self._context(ctx, network, view, egress), wire)
         ticket = pool.ticket()
         execute = frames.execute(call.id, call.name, call.arguments, stamps, ticket, request.stage)
         token = ctx.cancel_token
@@ -155,6 +162,9 @@ class PoolExecutor:
                 apply_changes(ctx.files, outcome.stamps)
             if outcome.status is OutcomeStatus.PREPARED:
                 done(None)  # validate passed: no result of its own yet
+            elif egress:
+                refused = self.pool.egress.refused(ctx.session_id, call.id)
+                done(with_refusals(self._result(call, outcome, token), refused))
             else:
                 done(self._result(call, outcome, token))
 
@@ -239,3 +249,20 @@ class PoolExecutor:
                 {**result.details, **details},
             )
         return result
+
+
+def with_refusals(result: ToolResult, refused: list[dict[str, Any]]) -> ToolResult:
+    """A policy session's call result, saying which connections its proxy refused
+    (N7): in ``details.network_refused`` and in a line the model reads."""
+    if not refused:
+        return result
+    named = "; ".join(f"{r['host']}:{r['port']} ({r['by']})" for r in refused)
+    note = TextBlock(f"[network] The session's network policy refused: {named}.")
+    return ToolResult(
+        result.call_id,
+        result.tool_name,
+        (*result.content, note),
+        result.is_error,
+        result.error_code,
+        {**result.details, "network_refused": refused},
+    )

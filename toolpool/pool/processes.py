@@ -238,6 +238,8 @@ class WorkerProcesses:
             policy=self.policy.to_dict(),
             cgroup_procs=tuple(str(p) for p in cgroup.procs_files()) if cgroup else (),
             offline=worker.offline,
+            netns=worker.netns,
+            netns_inode=worker.netns_inode,
             limit_address_space=cgroup is None or "memory" not in cgroup.controllers,
             **_bound(worker),
         )

@@ -147,13 +147,15 @@ def start_in_sandbox(
     mark: str,
     policy: Policy,
     base: Mapping[str, str],
+    proxy: Mapping[str, str],
 ) -> tuple[SessionProcess, int] | str:
     """(In a thread: the request's send may wait on the helper, and the start on the
     sandbox.) ``command`` started in the session sandbox serving ``socket_path``: its
     process and the read end of its output pipe, or why the sandbox did not start it
     (nothing of it ran); ``base``: the environment an image root gives (V13), under
-    toolpool's own variables. Raises SpawnError when the sandbox cannot be reached."""
-    own = {"HOME": PRIVATE_HOME, **ENV, SHELL_MARK: mark}
+    toolpool's own variables; ``proxy``: a policy session's proxy variables (N3).
+    Raises SpawnError when the sandbox cannot be reached."""
+    own = {"HOME": PRIVATE_HOME, **ENV, SHELL_MARK: mark, **proxy}
     env = {**policy.environment({"HOME": PRIVATE_HOME}), **base, **own}
     cwd = str(start_cwd(context))
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)

@@ -50,6 +50,7 @@ from functools import partial
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
+from toolpool.egress.environment import proxy_environment
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode
 from toolpool.pool import shell_bounds
@@ -134,7 +135,7 @@ class ShellSupervisor:
                 raise ShellRefused("Background shells need a call of a session.")
             match request.action:
                 case ShellAction.START:
-                    shell = await self.start(context, limits, request.command)
+                    shell = await self.start(context, limits, request.command, call_id)
                     return ShellReply(call_id, request_id, shell.to_dict())
                 case ShellAction.OUTPUT:
                     shell, start, end = self.read(context.session_id, request.shell_id)
@@ -156,8 +157,11 @@ class ShellSupervisor:
             text = f"The background shell request failed: {type(exc).__name__}: {exc}"
             return ShellReply(call_id, request_id, error=text)
 
-    async def start(self, context: CallContext, limits: Limits, command: str) -> ShellInfo:
-        """Start ``command`` for the call's session; its record (running). Refused
+    async def start(
+        self, context: CallContext, limits: Limits, command: str, call_id: str = ""
+    ) -> ShellInfo:
+        """Start ``command`` for the call's session (``call_id``: the call that starts
+        it, whose its network connections are, N3); its record (running). Refused
         (``limit_exceeded``) past a cap; a sandbox that fails before the command is
         tried again, up to ``START_ATTEMPTS``, then refused (``sandbox_failed``)."""
         if not self._open:
@@ -172,13 +176,19 @@ class ShellSupervisor:
                 placed = (HOST_ROOT, {}) if socket else await self.sandboxes.root_of(context)
             except SandboxStartError as exc:
                 raise ShellRefused(exc.message, ErrorCode.SANDBOX_FAILED) from None
+            if not socket and context.egress and not limits.network:
+                raise ShellRefused(
+                    "This session's network is a policy, which only a session sandbox "
+                    "carries out (its own network namespace and proxy).",
+                    ErrorCode.SANDBOX_FAILED,
+                )
             # The caps are judged at each attempt: a retry must not overrun them.
             running = [(s.session_id, s.client) for s in self.running()]
             refusal = self.caps.refusal(running, context.session_id, client)
             if refusal is not None:
                 raise ShellRefused(refusal, ErrorCode.LIMIT_EXCEEDED)
             where = Path(socket) if socket else placed
-            shell = await self._spawn(context, limits, command, client, where)
+            shell = await self._spawn(context, limits, command, client, where, call_id)
             failure, again = (shell, True) if isinstance(shell, str) else await self._started(shell)
             if isinstance(shell, Shell):
                 if failure is None:
@@ -323,6 +333,7 @@ class ShellSupervisor:
         command: str,
         client: Hashable | None,
         where: Path | tuple[Sequence[str], Mapping[str, str]],
+        call_id: str = "",
     ) -> Shell | str:
         """Start the command — in the session sandbox whose socket ``where`` is, else
         in a sandbox of its own with ``where`` its root's arguments and views —, its
@@ -342,7 +353,12 @@ class ShellSupervisor:
             if isinstance(where, Path):  # the spawn's send and the start, off the loop
                 start = partial(start_in_sandbox, where, context, limits, command, cgroup)
                 base, _ = self.sandboxes.base_of(context.session_id)  # an image's (V13)
-                started = await loop.run_in_executor(None, start, mark, policy, base)
+                proxy = (
+                    proxy_environment(context.egress, call_id)
+                    if context.egress and not limits.network
+                    else {}
+                )
+                started = await loop.run_in_executor(None, start, mark, policy, base, proxy)
             else:
                 root, views = where
                 started = launch(

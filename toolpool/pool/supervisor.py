@@ -40,6 +40,7 @@ from toolpool.protocol import (
     Shutdown,
     decode,
 )
+from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.worker.channel import CONTROL_SUFFIX
 
 log = logging.getLogger("toolpool.pool")
@@ -114,6 +115,9 @@ class Supervisor:
         # Whether workers of network-less sessions live in a namespace of their own
         # (the sandbox profile's, once probed).
         self.offline_default = False
+        # (In a thread.) A policy session's network namespace: its path and inode
+        # (the pool's, which owns the sessions' networks; N11).
+        self.netns_of: Callable[[str], tuple[str, int]] = _no_netns
 
     async def start(self) -> None:
         """Probe the sandbox, open the socket, start the zygote and the watch."""
@@ -187,6 +191,19 @@ class Supervisor:
     # -- a worker's life -------------------------------------------------------------------
 
     async def _start_worker(self, worker: Worker) -> None:
+        binding = worker.binding
+        if binding is not None and binding.egress:
+            # A policy session's: forked into its network namespace, made in a thread
+            # the first time (N11).
+            loop = asyncio.get_running_loop()
+            try:
+                where = await loop.run_in_executor(None, self.netns_of, binding.session_id)
+            except SandboxStartError as exc:
+                if not _lost(worker):
+                    worker.netns_failure = exc.message
+                    self._start_failed(worker, f"the session's network: {exc.message}")
+                return
+            worker.netns, worker.netns_inode = where
         try:
             config = await self.processes.prepare(worker)
         except OSError as exc:
@@ -385,3 +402,7 @@ class Supervisor:
                 if watched and worker.kill_reason is None and now - worker.last_seen > silence:
                     reason = f"it hung (no heartbeat for {now - worker.last_seen:.1f} s)"
                     await self.processes.terminate([worker], reason)
+
+
+def _no_netns(session_id: str) -> tuple[str, int]:
+    raise SandboxStartError(f"no network namespace for session {session_id} here")

@@ -13,7 +13,7 @@ import asyncio
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -67,6 +67,8 @@ class PoolConfig:
     # At max_workers, the most calls given to a worker in one frame, and the most held
     # behind the one it runs (SPEC H4); 1: one call a frame, one held.
     worker_calls_per_frame: int = 8
+    # network_resolve (SPEC N10): names the egress proxy sends where the operator says.
+    network_resolve: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)
     # Calls given to a worker together travel as one ZeroMQ message of several parts,
     # one encoded Execute each (docs/protocol.md); off: one message per call, for
     # workers that read one call per message.
@@ -81,14 +83,17 @@ class PoolConfig:
 
 @dataclass(eq=False)
 class Binding:
-    """A session's shipped tools in the pool (SPEC A5, A6): ``payload`` is their
-    pickle, which only the workers started for this binding load — after their
-    confinement, in their own process; none of them takes another session's call,
-    and they retire when the binding ends (``WorkerPool.unbind``). ``broken``: why
+    """Workers of one session's own (``WorkerPool.bind``): none of them takes another
+    session's call, and they retire when the binding ends (``WorkerPool.unbind``).
+    ``payload``: the session's shipped tools (SPEC A5, A6), their pickle, which these
+    workers load after their confinement, in their own process; ``egress``: the
+    session's network is a policy (N11), so its workers are forked into its network
+    namespace, where only its proxy listens, and run all its calls. ``broken``: why
     the payload does not load (every later call of its tools ends with it)."""
 
     session_id: str
-    payload: bytes
+    payload: bytes = b""
+    egress: bool = False
     broken: str | None = None
     ended: bool = False
     kinds: dict[bool, BoundKind] = field(default_factory=dict)
@@ -102,7 +107,8 @@ class Binding:
 
     def __repr__(self) -> str:
         state = "ended" if self.ended else "broken" if self.broken else "live"
-        return f"<Binding of session {self.session_id}: {len(self.payload)} bytes, {state}>"
+        what = f"{len(self.payload)} bytes" + (", its network namespace" if self.egress else "")
+        return f"<Binding of session {self.session_id}: {what}, {state}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +120,7 @@ class BoundKind:
 
 
 # The kind of worker a call needs, and a worker is: offline or not (the plain workers,
-# keyed by that flag alone) or bound to one session's shipped tools.
+# keyed by that flag alone) or bound to one session (its shipped tools, its network).
 Kind = bool | BoundKind
 
 
@@ -172,11 +178,16 @@ class Worker:
     lines_ready: int = 0  # Ready heard on its call line and its control line
     kill_reason: str | None = None
     oom_baseline: int = 0
+    # A policy session's worker (its binding's ``egress``) is forked into the
+    # session's network namespace: its path and inode, found before it starts (N11).
+    netns: str = ""
+    netns_inode: int = 0
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
     cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
     load_failure: str | None = None  # why it could not load its binding's tools
+    netns_failure: str | None = None  # why its session's network namespace was not had
     kind: Kind = field(init=False)
 
     def __post_init__(self) -> None:

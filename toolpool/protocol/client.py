@@ -270,9 +270,12 @@ class Branch:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """Daemon → client: the gate asks (P8). Answer: ``ApprovalReply`` within
-    ``timeout`` seconds, or the call is denied. ``preview_truncated``: the preview
-    was cut at its cap, and its text ends saying so (L10)."""
+    """Daemon → client: the gate asks (P8), or a policy session's proxy asks about a
+    connection no rule names (``kind`` "network", N6: ``host`` and ``port``, and
+    ``call`` the call whose command opened it — only its ``id`` where its turn is
+    over). Answer: ``ApprovalReply`` within ``timeout`` seconds, or it is denied.
+    ``preview_truncated``: the preview was cut at its cap, and its text ends saying
+    so (L10)."""
 
     type: ClassVar[MessageType] = MessageType.APPROVAL_REQUEST
     approval_id: str
@@ -285,16 +288,22 @@ class ApprovalRequest:
     permissions: list[str]
     timeout: float
     preview_truncated: bool = field(default=False, metadata=OMITTED_AT_DEFAULT)
+    kind: str = field(default="call", metadata=OMITTED_AT_DEFAULT)
+    host: str = field(default="", metadata=OMITTED_AT_DEFAULT)
+    port: int = field(default=0, metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)
 class ApprovalReply:
-    """Client → daemon: the user's decision on an ``ApprovalRequest``. No answer."""
+    """Client → daemon: the user's decision on an ``ApprovalRequest``. No answer.
+    ``scope`` "session": a network approval's answer holds for the session's later
+    connections to that host and port too (N6); "" for this one."""
 
     type: ClassVar[MessageType] = MessageType.APPROVAL_REPLY
     approval_id: str
     allowed: bool
     reason: str = ""
+    scope: str = field(default="", metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,9 @@ class CallContext:
     workspace_view: str = ""  # the session's overlay of the workspace, once mounted (V14)
     scratch_dir: str | None = None
     tool_profile: str = "toolpool"  # the session's (SPEC F12)
+    # A network policy session's key (hex): its commands and Python tools reach the
+    # network through its proxy, with tokens made with this key (SPEC N3, N11).
+    egress: str = field(default="", metadata=OMITTED_AT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,12 @@
 """seccomp filters, compiled with libseccomp (through pyseccomp) to BPF once.
 
-Two filters, one stricter than the other:
+Three filters, each stricter than the one before:
 - ``worker``: system calls no tool has a reason to make (ptrace, kernel modules,
   kexec, bpf, perf, keyrings, swap, reboot, clock and host name setting, the new
   mount API…) fail with EPERM;
+- ``bound``: a policy session's own worker's (N11), forked into its network
+  namespace: the same plus setns and pidfd_getfd, so that it cannot step back into
+  the host's namespace or borrow a socket from a process there;
 - ``command`` (X5): the same plus everything that changes the filesystem view or the
   namespaces (mount, umount2, pivot_root, chroot, unshare, setns, and clone with
   CLONE_NEWUSER), for the commands tools start; ``clone3``, whose flags live in
@@ -71,7 +74,11 @@ COMMAND_DENIED = (
     "unshare",
     "setns",
 )
+# A policy session's own worker (N11), in its network namespace: nor may it enter
+# another namespace, nor take a descriptor (a socket of the host's) from a process.
+BOUND_DENIED = (*WORKER_DENIED, "setns", "pidfd_getfd")
 CLONE_NEWUSER = 0x10000000
+_DENIED = {"worker": WORKER_DENIED, "bound": BOUND_DENIED, "command": COMMAND_DENIED}
 
 
 def available() -> str | None:
@@ -88,8 +95,7 @@ def _build(kind: str) -> Any:
 
     flt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     rules: list[tuple[Any, str, tuple[Any, ...]]] = [
-        (pyseccomp.ERRNO(errno.EPERM), name, ())
-        for name in (WORKER_DENIED if kind == "worker" else COMMAND_DENIED)
+        (pyseccomp.ERRNO(errno.EPERM), name, ()) for name in _DENIED[kind]
     ]
     if kind == "command":
         newuser = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)

@@ -16,7 +16,9 @@ namespaces and then drop every capability of the command — and serves requests
 a listening socket bound here, under ``socket_dir``, which the sandbox cannot see.
 
 Offline the network namespace is empty; network-allowed, pasta connects it once
-for the session (network.py's OutboundNetwork, SPEC X3).
+for the session (network.py's OutboundNetwork, SPEC X3); under a network policy it
+is the session's own namespace (netns.py), where only its proxy listens (N3), and
+the host's pathname Unix sockets are masked (unix_sockets.py, N9).
 
 The helper exits when the pipe it holds from us closes: at ``close()``, or when this
 process dies (whichever thread started it), and the kernel then ends every process
@@ -45,6 +47,7 @@ from toolpool.sandbox.mounts import HOST_ROOT, bwrap_mounts, hidden_from_sandbox
 from toolpool.sandbox.network import NetworkSetupError, OutboundNetwork
 from toolpool.sandbox.policy import Policy, active_policy
 from toolpool.sandbox.profile import SandboxProfile, active_profile
+from toolpool.sandbox.unix_sockets import mask_arguments, masked_sockets
 
 START_SECONDS = 10.0  # until the helper says it serves (pasta's connection included)
 _names = itertools.count(1)
@@ -96,10 +99,15 @@ class SessionSandbox:
         root: Sequence[str] = HOST_ROOT,
         views: Mapping[str, str] | None = None,
         enter: Sequence[str] = (),
+        netns: int | None = None,
+        unix_sockets: Sequence[str] | None = None,
     ) -> SessionSandbox:
         """Start a session sandbox with ``roots`` writable (the first is the
         workspace), each bound from its ``views`` entry where it has one (V14), under
-        ``enter`` (into the namespaces its layers are mounted in, V17). A
+        ``enter`` (into the namespaces its layers are mounted in, V17). ``netns``: a
+        policy session's network namespace (an fd, netns.py) to run in instead of a
+        new one (N3); ``unix_sockets``: then the pathname sockets outside the roots
+        that stay reachable, every other one masked (N9). A
         start that fails before the helper is ready is tried again,
         up to START_ATTEMPTS in all (SPEC X12). Raises SandboxStartError."""
         policy = policy or active_policy()
@@ -129,6 +137,8 @@ class SessionSandbox:
                     root,
                     views,
                     enter,
+                    netns,
+                    unix_sockets,
                 )
             except SandboxStartError as exc:
                 if not exc.again or attempt == START_ATTEMPTS:
@@ -150,6 +160,8 @@ class SessionSandbox:
         root: Sequence[str],
         views: Mapping[str, str] | None,
         enter: Sequence[str],
+        netns: int | None = None,
+        unix_sockets: Sequence[str] | None = None,
     ) -> SessionSandbox:
         # Short: a socket's path must fit in 108 bytes, whatever socket_dir is.
         path = socket_dir / f"{os.getpid():x}.{next(_names):x}"
@@ -173,13 +185,21 @@ class SessionSandbox:
             argv = [*enter, *_bwrap_argv(roots, tmp_bytes, policy, root, views, bool(enter))]
             pass_fds = [listener.fileno(), ready_w, lifeline_r, binary]
             pass_fds += [filter_fd] if filter_fd >= 0 else []
+            if netns is not None:
+                # Into the session's namespace first: bubblewrap then keeps it.
+                nsenter = shutil.which("nsenter") or "nsenter"
+                argv = [nsenter, f"--net=/proc/self/fd/{netns}", *argv]
+                pass_fds.append(netns)
+            if unix_sockets is not None:
+                argv += mask_arguments(masked_sockets(roots, policy, unix_sockets))
             info_r = info_w = -1
             if network:
                 net = OutboundNetwork()
                 argv += net.bwrap_args()
                 pass_fds += net.pass_fds()
             else:
-                argv.append("--unshare-net")
+                if netns is None:
+                    argv.append("--unshare-net")
                 info_r, info_w = os.pipe2(os.O_CLOEXEC)
                 opened += [info_r, info_w]
                 argv += ["--info-fd", str(info_w)]

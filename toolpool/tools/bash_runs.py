@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from toolpool.cancel import Cancelled
+from toolpool.egress.environment import proxy_environment
 from toolpool.errors import ToolError
 from toolpool.sandbox import command as sandbox_command
 from toolpool.sandbox import linux
@@ -149,6 +150,8 @@ def start_in_session(
     ``sandbox_failed`` when its helper could not start the command."""
     own = _base_environment(active_policy())
     env = {**own, **base, **_OURS, **shell.env} if base else {**own, **shell.env}
+    if ctx.egress:  # a network policy: the session's proxy, with this call's token (N3)
+        env.update(proxy_environment(ctx.egress, ctx.call_id))
 
     def attempt(last: bool) -> Run | None:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)

@@ -150,6 +150,11 @@ def _start(
             "This session's workspace_mode is \"overlay\", which only the daemon's pool "
             "gives (here the command would write the host's directory)."
         )
+    elif sandbox is None and (ctx.egress or (ctx.network_policy and not limits.network)):
+        refusal = (
+            "This session's network is a policy, which only a session sandbox of the "
+            "daemon's pool carries out (its own network namespace and proxy)."
+        )
     if refusal is not None:
         raise ToolError(refusal, code="sandbox_failed")
     stderr_read, stderr_write = os.pipe2(os.O_CLOEXEC) if split_stderr else (-1, None)

@@ -72,4 +72,5 @@ def tool_context(
         limits=limits,
         shells=shells,
         tool_profile=context.tool_profile,
+        egress=context.egress,
     )

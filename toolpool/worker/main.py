@@ -42,6 +42,8 @@ class WorkerConfig:
     policy: dict[str, Any] = field(default_factory=dict)
     cgroup_procs: tuple[str, ...] = ()
     offline: bool = False  # unshare the network namespace
+    netns: str = ""  # or enter this one: a policy session's (SPEC N11)
+    netns_inode: int = 0
     limit_address_space: bool = True  # no memory cgroup: RLIMIT_AS bounds each call
     # A worker bound to a session's shipped tools (SPEC A6): the session it serves
     # alone, and the pickle of its tools, loaded once the worker is confined.
@@ -65,6 +67,19 @@ def _unshare_network() -> None:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
 
 
+def _enter_network(path: str, inode: int) -> None:
+    """Into a policy session's namespace, where only its proxy listens (N11): the one
+    of that ``inode``, not whatever the path names by now (its fd was reused)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_ino != inode:
+            raise OSError(f"{path} is no longer the session's network namespace")
+        if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({path}, CLONE_NEWNET)")
+    finally:
+        os.close(fd)
+
+
 def confine(config: WorkerConfig) -> SandboxProfile:
     """Apply the worker's own confinement, strongest first; return the profile."""
     profile = SandboxProfile.from_dict(config.profile)
@@ -72,11 +87,13 @@ def confine(config: WorkerConfig) -> SandboxProfile:
     set_active_policy(Policy.from_dict(config.policy) if config.policy else Policy.default())
     for procs in config.cgroup_procs:
         Path(procs).write_text(str(os.getpid()))
-    if config.offline:
+    if config.netns:
+        _enter_network(config.netns, config.netns_inode)
+    elif config.offline:
         _unshare_network()
     apply_process_limits(Limits.from_dict(config.limits))
     if profile.active("seccomp"):
-        seccomp.load_in_this_process("worker")
+        seccomp.load_in_this_process("bound" if config.netns else "worker")
     return profile
 
 

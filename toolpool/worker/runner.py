@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from toolpool.cancel import Cancelled, CancelSource, CancelToken
+from toolpool.egress.environment import proxy_environment, worker_token
 from toolpool.file_reads import RecordingRegister
 from toolpool.models import ErrorCode, Stage, ToolCall, ToolResult
 from toolpool.outcomes import result_from_exception, result_from_output
@@ -115,6 +116,7 @@ class Runner:
         self._running: _Running | None = None
         self._early_cancel: int | None = None  # a cancel signal raised before the tool ran
         self._call_limits = Limits()
+        self._proxied = ""  # the policy session whose proxy variables are set (N11)
         self._loop: asyncio.AbstractEventLoop | None = None  # made for the first async tool
         self._pid = os.getpid()
         self._memory = PeakMemory()
@@ -224,6 +226,14 @@ class Runner:
         files = RecordingRegister(message.stamps)
         token = CancelToken()
         context = message.context
+        if context.egress and self._proxied != context.egress:
+            # A policy session's own worker (N11): its tools use its proxy. The token
+            # names the worker, not the call (libraries keep the proxy they first
+            # read): the pool knows which call the worker runs.
+            os.environ.update(
+                proxy_environment(context.egress, worker_token(self.channel.worker_id))
+            )
+            self._proxied = context.egress
         self._shells.begin(call.id, (context.session_id, context.allow_network))
         ctx = tool_context(
             message.context,
