@@ -310,12 +310,12 @@ def test_an_async_handler_is_left_to_the_driver() -> None:
     connection, log, deferred = _turn_with_approval(handler)
     (pending,) = deferred
     assert log.items == [] and sent(connection) == []
-    connection.decide(pending.item, asyncio.run(pending.decision))
+    connection.approvals.decide(pending.item, asyncio.run(pending.decision))
     assert sent(connection) == [ApprovalReply("a1", True, "")]
     assert log.items == [pending.item]
     # a driver that cannot await one denies the call, and the coroutine never runs
     connection, log, deferred = _turn_with_approval(handler)
-    connection.refuse(deferred[0], "cannot await")
+    connection.approvals.refuse(deferred[0], "cannot await")
     assert sent(connection) == [ApprovalReply("a1", False, "cannot await")]
 
 

@@ -192,7 +192,7 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
 
     async def _decide(self, deferred: Deferred) -> None:
         """Await an async ``on_approval`` handler; its answer goes out."""
-        self._conn.decide(deferred.item, await deferred.decision)
+        self._conn.approvals.decide(deferred.item, await deferred.decision)
         self._settle()
 
     def _settle(self) -> None:

@@ -1,8 +1,7 @@
 """A connection's approval requests (SPEC G4) routed to their sessions' handlers:
 ``on_approval``'s answer queued for the daemon, an awaitable one left to the driver
-(``Deferred``), and every request filed in its turn's items. The part of
-``Connection`` (``connection.py``, a base class: no layer between) that the daemon's
-``ApprovalRequest`` frames set going.
+(``Deferred``), and every request filed in its turn's items. ``Connection``
+(``connection.py``) holds one and hands it the daemon's ``ApprovalRequest`` frames.
 """
 
 from __future__ import annotations
@@ -19,19 +18,26 @@ from toolpool.client.operation import Deferred
 ApprovalHandler = Callable[[ApprovalRequested], Any]
 
 
-class ApprovalRouting:
-    """``Connection``'s approvals: its handlers by session id, its running turns."""
+class Approvals:
+    """A connection's approvals: ``handlers`` by session id; ``turns``: the
+    connection's running turns, by id; ``send``: a frame out; ``failure()``: why the
+    connection failed, if it did (no answer is sent then)."""
 
-    failure: ClientError | None
-    _handlers: dict[str, ApprovalHandler | None]
-    _turns: dict[str, TurnLog]
+    def __init__(
+        self,
+        turns: dict[str, TurnLog],
+        send: Callable[[wire.Message], None],
+        failure: Callable[[], ClientError | None],
+    ) -> None:
+        self.handlers: dict[str, ApprovalHandler | None] = {}
+        self._turns = turns
+        self._send = send
+        self._failure = failure
 
-    def _send(self, message: wire.Message) -> None:
-        raise NotImplementedError  # the connection's: a frame out
-
-    def _approval(self, message: wire.ApprovalRequest) -> list[Deferred]:
+    def request(self, message: wire.ApprovalRequest) -> list[Deferred]:
+        """A request came: its handler asked (what it left to await returned)."""
         item = ApprovalRequested(message, self._answer)
-        handler = self._handlers.get(message.session_id)
+        handler = self.handlers.get(message.session_id)
         if handler is None and message.kind == "network":
             # A connection waits in the proxy, maybe for a background shell no turn
             # follows: without a handler to ask, it is refused now, saying why (N6).
@@ -49,7 +55,7 @@ class ApprovalRouting:
     def decide(self, item: ApprovalRequested, value: Any) -> None:
         """An ``on_approval`` handler returned ``value`` (True, False or (allowed,
         reason)): the answer is queued, and the request joins its turn's items."""
-        if self.failure is None:
+        if self._failure() is None:
             allowed, reason, scope = decision(value)
             item._reply(allowed, reason, scope)  # nothing new when the handler answered
         self._file(item)
@@ -62,8 +68,9 @@ class ApprovalRouting:
         self.decide(deferred.item, (False, reason))
 
     def _answer(self, reply: wire.ApprovalReply) -> None:
-        if self.failure is not None:
-            raise self.failure
+        failure = self._failure()
+        if failure is not None:
+            raise failure
         self._send(reply)
 
     def _file(self, item: ApprovalRequested) -> None:

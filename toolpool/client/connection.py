@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from toolpool import protocol as wire
-from toolpool.client.approvals import ApprovalHandler, ApprovalRouting
+from toolpool.client.approvals import ApprovalHandler, Approvals
 from toolpool.client.core import TurnLog, call_payload, custom_calls_of
 from toolpool.client.errors import (
     ClientError,
@@ -62,7 +62,7 @@ _APPROVAL_REQUEST, _PING = wire.ApprovalRequest, wire.Ping
 _NOTHING: tuple[Deferred, ...] = ()
 
 
-class Connection(ApprovalRouting):
+class Connection:
     """Requests → frames, frames → replies and events; all a client's state."""
 
     def __init__(self, endpoint: str, timeout: float) -> None:
@@ -83,7 +83,9 @@ class Connection(ApprovalRouting):
         self.replies: dict[str, wire.Message] = {}  # that came, by request id, not taken
         self._submits: dict[str, TurnLog] = {}  # a Submit's log, by request id, to be
         self._turns: dict[str, TurnLog] = {}  # turns still running, by id
-        self._handlers: dict[str, ApprovalHandler | None] = {}  # by session id
+        # The sessions' on_approval handlers, and the requests routed to them.
+        self.approvals = Approvals(self._turns, self._send, lambda: self.failure)
+        self._handlers: dict[str, ApprovalHandler | None] = self.approvals.handlers
         # The tools each session shipped (SPEC A5), by session id: what a toolbox lists.
         self.shipped: dict[str, tuple[wire.ShippedTool, ...]] = {}
         self._chunks = wire.Reassembly()
@@ -353,7 +355,7 @@ class Connection(ApprovalRouting):
                 del self._turns[message.turn_id]  # ended; its Turn keeps the log
         elif kind is _APPROVAL_REQUEST:
             assert isinstance(message, wire.ApprovalRequest)
-            return self._approval(message)
+            return self.approvals.request(message)
         elif kind is _PING:
             pass  # the daemon checks that we are there: a delivered ping says so
         elif kind is _ERROR and _let_go(message):

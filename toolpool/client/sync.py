@@ -231,7 +231,7 @@ class Client(ClientBase[zmq.Socket[bytes]]):
 
     def _refuse(self, deferred: Sequence[Deferred]) -> None:
         for each in deferred:
-            self._conn.refuse(each, "a Client's on_approval handler must not be async")
+            self._conn.approvals.refuse(each, "a Client's on_approval handler must not be async")
 
     # -- requests ------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ each call's life on its worker until its one ``done`` — its result, its cancel
 wall time and ``cancel_grace``, a withdrawal, its worker's death — all callbacks and
 timers, without a task or a future per call (the states: ``calls.py``).
 
-Stopping a call (cancel, wall time, grace, kill) is ``call_stops.py``'s part of it.
+Stopping a call (cancel, wall time, grace, kill) is ``call_stops.py``'s (``stops``).
 ``Dispatch`` sends through the ``Supervisor`` and asks the pool that keeps the
 workers (a ``Keeper``: ``WorkerPool``) whether a worker must retire after a call,
 to retire it, and to start workers for calls that wait.
@@ -66,7 +66,7 @@ class Keeper(Protocol):
         """Start workers, if the pool may, for the calls of this kind that wait."""
 
 
-class Dispatch(CallStops):
+class Dispatch:
     """The calls on the pool, waiting or given (see the module)."""
 
     def __init__(
@@ -85,7 +85,8 @@ class Dispatch(CallStops):
         self.calls_done = 0
         self.sandbox_retries = 0  # what the workers' results said (SPEC X12)
         self._flush_due = False
-        self._background: set[asyncio.Future[Any]] = set()  # shell answers, kills
+        self._background: set[asyncio.Future[Any]] = set()  # shell answers
+        self.stops = CallStops(config, supervisor, self._ran)  # cancels, kills
         depth, max_calls = config.worker_calls_per_frame, config.max_calls_per_worker
         self._at_max = Rules(depth, max_calls, hold=config.hold_calls)
         self._below_max = Rules(depth, max_calls, hold=False)
@@ -125,7 +126,7 @@ class Dispatch(CallStops):
     async def settle(self) -> None:
         """Wait for the kills and shell answers under way; then end every call still
         given a worker whose end was never heard (the pool closed)."""
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*self._background, *self.stops.kills, return_exceptions=True)
         for worker in list(self.supervisor.workers.values()):
             calls, worker.given = list(worker.given), deque()
             for call in calls:
@@ -141,9 +142,9 @@ class Dispatch(CallStops):
             self.end(call, unstarted())
         elif state is _HELD:
             if not call.cancel_sent:
-                self._send_cancel(call)
+                self.stops.send_cancel(call)
         elif state is _RUNNING:
-            self._stop(call)
+            self.stops.stop(call)
 
     # -- giving calls to workers (SPEC H4) ---------------------------------------------
 
@@ -178,7 +179,7 @@ class Dispatch(CallStops):
                 self.keeper.grow(kind)
             for call in decided.recalls:  # to run on a worker that has nothing to do
                 call.recalled = True
-                self._send_cancel(call, running=False)
+                self.stops.send_cancel(call, running=False)
 
     def _give(self, worker: Worker, calls: list[Call]) -> None:
         """Send ``calls`` to ``worker`` in one frame: behind its calls, or the first
@@ -205,7 +206,7 @@ class Dispatch(CallStops):
         """``call`` runs, as far as we know: its wall time counts from now."""
         assert self.loop is not None
         call.state = _RUNNING
-        call.timer = self.loop.call_later(call.limits.wall_seconds, self._past_wall_time, call)
+        call.timer = self.loop.call_later(call.limits.wall_seconds, self.stops.past_wall_time, call)
 
     def _promote(self, worker: Worker) -> None:
         """The first of the worker's calls ended (or went): the next runs now."""
@@ -216,7 +217,7 @@ class Dispatch(CallStops):
             return
         if head.cancel_sent:  # a Cancel is on its way to it: it stops, or was withdrawn
             head.state = _RUNNING
-            self._stop(head)
+            self.stops.stop(head)
         else:
             self._run(head)
 
