@@ -70,7 +70,8 @@ class Daemon:
 def daemon(workers: int, *flags: str, settings: dict[str, str] | None = None) -> Iterator[Daemon]:
     """A daemon with ``workers`` pre-started workers (min = max), stopped after;
     ``settings`` are ``TOOLPOOL_*`` environment variables for it."""
-    with tempfile.TemporaryDirectory(prefix="toolpool-bench-") as tmp:
+    # A short name: the daemon's Unix sockets are made below it.
+    with tempfile.TemporaryDirectory(prefix="tpb-") as tmp:
         runtime = Path(tmp) / "rt"
         argv = [sys.executable, "-m", "toolpool", "daemon", "run", "--runtime-dir", str(runtime)]
         argv += ["--min-workers", str(workers), "--max-workers", str(workers)]

@@ -93,7 +93,8 @@ async def floor(calls: int, runtime: Path) -> list[float]:
 
 async def measure(calls: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="toolpool-bench-") as tmp:
+    # A short name: the daemon's Unix sockets are made below it.
+    with tempfile.TemporaryDirectory(prefix="tpb-") as tmp:
         runtime = Path(tmp)
         results["floor: raw pyzmq round trip"] = await floor(calls, runtime)
         os.environ["PYTHONPATH"] = env()["PYTHONPATH"]  # the workers import bench.tools

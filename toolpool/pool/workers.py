@@ -83,8 +83,8 @@ class PoolConfig:
 
 @dataclass(eq=False)
 class Binding:
-    """Workers of one session's own (``WorkerPool.bind``): none of them takes another
-    session's call, and they retire when the binding ends (``WorkerPool.unbind``).
+    """Workers of one session's own (``bindings.py``): none of them takes another
+    session's call, and they retire when the binding ends.
     ``payload``: the session's shipped tools (SPEC A5, A6), their pickle, which these
     workers load after their confinement, in their own process; ``egress``: the
     session's network is a policy (N11), so its workers are forked into its network
