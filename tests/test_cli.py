@@ -14,7 +14,7 @@ import pytest
 from toolpool.cli import _exit_for, build_parser
 from toolpool.client import DaemonUnavailable
 from toolpool.client.control import ExitCode
-from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS, ConfigError
+from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS, ConfigError
 
 from .daemon_support import ROOT, daemon_env, running_daemon
 

@@ -25,19 +25,16 @@ from hypothesis import strategies as st
 
 from toolpool.cli import _daemon_flags, build_parser
 from toolpool.client.control import ExitCode
-from toolpool.daemon.config import (
-    LIMIT_SETTINGS,
-    SETTINGS,
+from toolpool.daemon.config import load_config
+from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS, ConfigError, Setting
+from toolpool.daemon.value_kinds import (
     Address,
     Boolean,
     Choice,
-    ConfigError,
     Integer,
     Names,
     Number,
     PathKind,
-    Setting,
-    load_config,
 )
 
 from .daemon_support import ROOT, daemon_env

@@ -74,7 +74,7 @@ DEPRECATED_FLAGS = (("--tool-module", "tool_modules"), ("--sandbox-disable", "sa
 
 
 def _add_daemon_flags(parser: argparse.ArgumentParser) -> None:
-    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
+    from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS
     from toolpool.daemon.value_kinds import Boolean, Names
 
     parser.add_argument("--config", help="TOML configuration file")
@@ -114,7 +114,7 @@ def _add_daemon_flags(parser: argparse.ArgumentParser) -> None:
 
 def _daemon_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The flags as ``load_config`` takes them (None: not given)."""
-    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
+    from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS
 
     flags: dict[str, Any] = {
         "config": args.config,
@@ -131,7 +131,7 @@ def _daemon_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _daemon_argv(flags: dict[str, Any]) -> list[str]:
     """The flags again, in their current spelling, for the background daemon."""
-    from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS
+    from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS
 
     argv: list[str] = ["run"]
     if flags.get("config") is not None:
@@ -559,7 +559,7 @@ def _debug() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command; no traceback for bad input, one prefix, one table of exit codes."""
     from toolpool.client import DaemonUnavailable
-    from toolpool.daemon.config import ConfigError
+    from toolpool.daemon.config_table import ConfigError
     from toolpool.runtime import PathSettingError
 
     parser = build_parser()
