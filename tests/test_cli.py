@@ -68,6 +68,25 @@ def test_version_and_usage() -> None:
     assert "COMMAND" in usage.stderr
 
 
+def test_the_control_commands_leave_the_pool_unloaded(tmp_path: Path) -> None:
+    # The daemon's configuration takes the pool's defaults from PoolConfig; the pool
+    # itself, with the tools and the sandbox it imports, is the daemon's to load.
+    probe = (
+        "import sys; from toolpool.cli import main; "
+        "code = main(['daemon', 'status', '--runtime-dir', sys.argv[1]]); "
+        "print(code, sorted(m for m in sys.modules if m in ("
+        "'toolpool.pool.pool', 'toolpool.pool.executor', 'toolpool.pool.supervisor')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "rt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[-1] == f"{int(ExitCode.NOT_RUNNING)} []", done.stdout
+
+
 def test_unknown_flags_are_refused_but_the_bench_gets_its_own() -> None:
     refused = subprocess.run(
         [sys.executable, "-m", "toolpool", "status", "--bogus"],
