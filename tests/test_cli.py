@@ -3,6 +3,7 @@ daemon's commands are tested against a real daemon in test_daemon.py)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -11,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from toolpool.cli import _exit_for, build_parser
+from toolpool.cli import build_parser
+from toolpool.cli.daemon import daemon_argv, daemon_flags
+from toolpool.cli.messages import exit_for
 from toolpool.client import DaemonUnavailable
 from toolpool.client.control import ExitCode
-from toolpool.daemon.config import LIMIT_SETTINGS, SETTINGS, ConfigError
+from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS, ConfigError
+from toolpool.profiles import PROFILES
+from toolpool.providers import PROVIDERS
 
 from .daemon_support import ROOT, daemon_env, running_daemon
 
@@ -51,15 +56,35 @@ def test_demo_without_a_daemon_says_how_to_start_one(tmp_path: object) -> None:
 
 
 def test_version_and_usage() -> None:
-    version = subprocess.run(
-        [sys.executable, "-m", "toolpool", "--version"], capture_output=True, text=True, check=True
-    )
-    assert version.stdout.startswith("toolpool ")
+    for module in ("toolpool", "toolpool.cli"):  # the package, and the command's own
+        version = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=True
+        )
+        assert version.stdout.startswith("toolpool ")
     usage = subprocess.run(
         [sys.executable, "-m", "toolpool"], capture_output=True, text=True, check=False
     )
     assert usage.returncode == 2
     assert "COMMAND" in usage.stderr
+
+
+def test_the_control_commands_leave_the_pool_unloaded(tmp_path: Path) -> None:
+    # The daemon's configuration takes the pool's defaults from PoolConfig; the pool
+    # itself, with the tools and the sandbox it imports, is the daemon's to load.
+    probe = (
+        "import sys; from toolpool.cli import main; "
+        "code = main(['daemon', 'status', '--runtime-dir', sys.argv[1]]); "
+        "print(code, sorted(m for m in sys.modules if m in ("
+        "'toolpool.pool.pool', 'toolpool.pool.executor', 'toolpool.pool.supervisor')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "rt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.splitlines()[-1] == f"{int(ExitCode.NOT_RUNNING)} []", done.stdout
 
 
 def test_unknown_flags_are_refused_but_the_bench_gets_its_own() -> None:
@@ -102,6 +127,41 @@ def toolpool(tmp: Path, *args: str, **options: object) -> subprocess.CompletedPr
     )
 
 
+def _command(parser: argparse.ArgumentParser, *names: str) -> argparse.ArgumentParser:
+    """The parser of ``toolpool NAME [NAME …]``."""
+    for name in names:
+        (parser,) = (
+            action.choices[name]
+            for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+        )
+    return parser
+
+
+def _choices(parser: argparse.ArgumentParser, flag: str) -> tuple[str, ...]:
+    (action,) = (action for action in parser._actions if flag in action.option_strings)
+    return tuple(action.choices or ())
+
+
+@pytest.mark.spec("F12")
+def test_F12_the_commands_profiles_and_formats_are_their_owners_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the profiles' table and the providers': the command line's choices are theirs
+    parser = build_parser()
+    assert _choices(_command(parser, "tools"), "--profile") == tuple(PROFILES)
+    assert _choices(_command(parser, "mcp", "serve"), "--tool-profile") == tuple(PROFILES)
+    assert _choices(_command(parser, "tools"), "--format") == ("toolpool", *PROVIDERS)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tools", "--profile", "cursor"])
+    # When a profile is added to its table, and nowhere else
+    monkeypatch.setitem(PROFILES, "cursor", ())  # type: ignore[index]
+    # Then every command that names a profile takes it
+    again = build_parser()
+    assert again.parse_args(["tools", "--profile", "cursor"]).profile == "cursor"
+    assert again.parse_args(["mcp", "serve", "--tool-profile", "cursor"]).tool_profile == "cursor"
+
+
 @pytest.mark.spec("E3")
 def test_E3_every_setting_has_its_flag_of_the_same_name() -> None:
     # The flags come from the configuration's table: a new setting cannot lack one.
@@ -139,7 +199,6 @@ def test_E3_old_flag_spellings_work_with_a_deprecation_note(tmp_path: Path) -> N
 
 @pytest.mark.spec("E3")
 def test_E3_flags_reach_the_config_and_the_background_daemon_in_their_new_spelling() -> None:
-    from toolpool.cli import _daemon_argv, _daemon_flags
     from toolpool.daemon.config import load_config
 
     args = build_parser().parse_args(
@@ -147,18 +206,18 @@ def test_E3_flags_reach_the_config_and_the_background_daemon_in_their_new_spelli
          "--limits-wall-seconds", "9", "--tool-limit", "bash.memory_bytes=4096",
          "--worker-cpus", "0.5", "--private-run", "false"]
     )  # fmt: skip
-    flags = _daemon_flags(args)
+    flags = daemon_flags(args)
     config = load_config(flags, env={})
     assert config.tool_modules == ("toolpool.tools",)
     assert config.sandbox_disabled == frozenset({"landlock"})
     assert config.limits.wall_seconds == 9
     assert config.tool_limits == {"bash": {"memory_bytes": 4096}}
     assert (config.worker_cpus, config.private_run) == (0.5, False)
-    argv = _daemon_argv(flags)
+    argv = daemon_argv(flags)
     assert "--tool-modules=toolpool.tools" in argv
     assert "--sandbox-disabled=landlock" in argv
     again = build_parser().parse_args(["daemon", *argv])
-    assert load_config(_daemon_flags(again), env={}) == config
+    assert load_config(daemon_flags(again), env={}) == config
 
 
 @pytest.mark.spec("E2")
@@ -193,11 +252,11 @@ def test_E2_every_subcommand_one_prefix_one_table_no_traceback(
 
 def test_an_internal_error_is_one_line_unless_debugging(monkeypatch: pytest.MonkeyPatch) -> None:
     usage = (ConfigError,)
-    assert _exit_for(ConfigError("x"), usage, DaemonUnavailable) == (ExitCode.USAGE, "x")
-    assert _exit_for(DaemonUnavailable("y"), usage, DaemonUnavailable)[0] == ExitCode.NOT_RUNNING
-    assert _exit_for(OSError("z"), usage, DaemonUnavailable)[0] == ExitCode.FAILED
+    assert exit_for(ConfigError("x"), usage, DaemonUnavailable) == (ExitCode.USAGE, "x")
+    assert exit_for(DaemonUnavailable("y"), usage, DaemonUnavailable)[0] == ExitCode.NOT_RUNNING
+    assert exit_for(OSError("z"), usage, DaemonUnavailable)[0] == ExitCode.FAILED
     monkeypatch.delenv("TOOLPOOL_DEBUG", raising=False)
-    code, message = _exit_for(KeyError("k"), usage, DaemonUnavailable)
+    code, message = exit_for(KeyError("k"), usage, DaemonUnavailable)
     assert code == ExitCode.INTERNAL
     assert message == "internal error: KeyError: 'k' (TOOLPOOL_DEBUG=1 shows the traceback)"
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolpool.daemon.config import (
-    LIMIT_SETTINGS,
-    SETTINGS,
-    ConfigError,
-    DaemonConfig,
-    load_config,
-    tool_registry,
-)
-from toolpool.sandbox.limits import MiB
+from toolpool.daemon.config import POOL_SETTINGS, DaemonConfig, load_config, tool_registry
+from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS, ConfigError
+from toolpool.pool import PoolConfig
+from toolpool.sandbox.limits import Limits, MiB
+from toolpool.sandbox.policy import Policy
 
 
 def write(path: Path, text: str) -> Path:
@@ -214,3 +211,63 @@ def test_the_readmes_configuration_example_loads(tmp_path: Path) -> None:
         tool_modules=config.tool_modules,
         tool_limits=config.tool_limits,
     )  # every other value in it is the default it documents
+
+
+# -- the pool's configuration, made from the daemon's ---------------------------------------
+
+
+def _changed(value: Any) -> Any:
+    """A value of the kind of ``value``, other than it, that the setting allows."""
+    match value:
+        case bool():
+            return not value
+        case int():
+            return value + 1
+        case float():
+            return value + 0.5
+        case frozenset():
+            return frozenset({"landlock"})  # sandbox_disabled
+        case Limits():
+            return dataclasses.replace(value, wall_seconds=7.0, processes=9)
+        case dict():
+            return {"pinned.example": ("127.0.0.1", 8080)}  # network_resolve
+    raise AssertionError(f"no other value for {value!r}: teach _changed its kind")
+
+
+@pytest.mark.spec("E11")
+def test_E11_every_setting_the_pool_has_reaches_it_as_set(tmp_path: Path) -> None:
+    # Given a daemon's configuration with every setting the pool has too off its default
+    assert {"min_workers", "max_workers", "limits", "hold_calls", "layer_bytes"} <= set(
+        POOL_SETTINGS
+    )
+    changed = {name: _changed(getattr(DaemonConfig(), name)) for name in POOL_SETTINGS}
+    config = DaemonConfig(
+        **changed, image_dirs=(str(tmp_path / "images"),), image_cache=tmp_path / "cache"
+    )
+    policy = Policy(hidden=("/secret",), private_run=False)
+    # When the daemon makes its pool's configuration
+    pool = config.pool_config(
+        runtime_dir=tmp_path / "workers-1", tool_modules=("a", "b.py"), policy=policy
+    )
+    # Then each of them is there as set, and what the daemon made as it made it
+    assert {name: getattr(pool, name) for name in POOL_SETTINGS} == changed
+    assert (pool.runtime_dir, pool.tool_modules, pool.policy) == (
+        tmp_path / "workers-1",
+        ("a", "b.py"),
+        policy,
+    )
+    assert (pool.image_dirs, pool.image_cache) == ((tmp_path / "images",), tmp_path / "cache")
+
+
+@pytest.mark.spec("E11")
+def test_E11_a_setting_the_pool_has_too_has_the_pools_default(tmp_path: Path) -> None:
+    # Given the defaults: a daemon's configuration and a program's pool
+    daemon, program = DaemonConfig(), PoolConfig()
+    # Then every setting they share has one default
+    assert {n: getattr(daemon, n) for n in POOL_SETTINGS} == {
+        n: getattr(program, n) for n in POOL_SETTINGS
+    }
+    # And the daemon's pool differs from a program's only in what the daemon makes
+    made = daemon.pool_config(runtime_dir=tmp_path, tool_modules=("x",), policy=Policy())
+    unmade = dataclasses.replace(made, runtime_dir=None, tool_modules=(), policy=program.policy)
+    assert unmade == program  # the image cache nobody set is the pool's own default too

@@ -23,21 +23,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolpool.cli import _daemon_flags, build_parser
+from toolpool.cli import build_parser
+from toolpool.cli.daemon import daemon_flags
 from toolpool.client.control import ExitCode
-from toolpool.daemon.config import (
-    LIMIT_SETTINGS,
-    SETTINGS,
+from toolpool.daemon.config import load_config
+from toolpool.daemon.config_table import LIMIT_SETTINGS, SETTINGS, ConfigError, Setting
+from toolpool.daemon.value_kinds import (
     Address,
     Boolean,
     Choice,
-    ConfigError,
     Integer,
     Names,
     Number,
     PathKind,
-    Setting,
-    load_config,
 )
 
 from .daemon_support import ROOT, daemon_env
@@ -242,7 +240,7 @@ def test_E3_a_wrong_flag_is_one_line_naming_it(data: st.DataObject, setting: Set
     text = data.draw(wrong)
     # The flag as the command line parses it, then the loader: the real path of a flag.
     args = build_parser().parse_args(["daemon", "start", f"{setting.flag}={text}"])
-    message = refused(_daemon_flags(args), {})
+    message = refused(daemon_flags(args), {})
     assert f"flag {setting.flag}: {setting.name} = " in message
 
 
@@ -261,7 +259,7 @@ def test_E3_a_wrong_tool_limit_flag_is_one_line_naming_it(
     text = data.draw(wrong.filter(lambda s: s.strip() == s))
     item = f"{tool}.{setting.name}={text}"
     args = build_parser().parse_args(["daemon", "start", "--tool-limit", item])
-    message = refused(_daemon_flags(args), {})
+    message = refused(daemon_flags(args), {})
     assert f"flag --tool-limit {tool}.{setting.name}: {setting.name} = {text!r}" in message
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
 
-# Over the bound, each waiting for the change that splits it: remove its line then.
+# Over the bound, each waiting for a change of its own: remove its line when it is
+# split. Both grew past it with the merge of the per-session egress work.
 KNOWN_EXCEPTIONS = {
-    "toolpool/cli.py": "the command line, to become a package with its console and demo",
-    "toolpool/daemon/config.py": "DaemonConfig, whose fields PoolConfig copies one by one",
+    "toolpool/pool/pool.py": "WorkerPool, with the egress bindings of sessions (N11) in it",
+    "toolpool/pool/shells.py": "the background shells, with the proxy of a session's network",
 }
 
 

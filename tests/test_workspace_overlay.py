@@ -263,7 +263,7 @@ def test_V16_toolpool_status_prints_a_sessions_modes_and_layers(
 
     from rich.console import Console
 
-    from toolpool.cli_reports import print_status
+    from toolpool.cli.status import print_status
 
     with client.session(workspace, workspace_mode="overlay") as session:
         before = io.StringIO()

@@ -29,7 +29,7 @@ from toolpool.errors import ToolpoolError
 from toolpool.images import default_cache_root
 from toolpool.mcp.bridges import Imported, import_mcp_servers
 from toolpool.mcp.config import McpConfigError
-from toolpool.pool import PoolConfig, PoolError, PoolExecutor, WorkerPool
+from toolpool.pool import PoolError, PoolExecutor, WorkerPool
 from toolpool.pool.peers import LOCAL_DOMAIN, PeerGuard
 from toolpool.pool.shell_process import remove_stale_shells
 from toolpool.registry import ToolRegistry
@@ -154,28 +154,10 @@ async def _serve(
     imported: Imported,
 ) -> int:
     pool = WorkerPool(
-        PoolConfig(
-            min_workers=config.min_workers,
-            max_workers=config.max_workers,
-            tool_modules=tool_modules,
-            limits=config.limits,
-            cancel_grace=config.cancel_grace,
-            max_calls_per_worker=config.max_calls_per_worker,
-            max_worker_rss=config.max_worker_rss,
-            hold_calls=config.hold_calls,
-            worker_calls_per_frame=config.worker_calls_per_frame,
-            worker_cpus=config.worker_cpus,
-            sandbox_disabled=config.sandbox_disabled,
+        config.pool_config(
             runtime_dir=runtime / f"workers-{os.getpid()}",
+            tool_modules=tool_modules,
             policy=confinement_policy(config, runtime),
-            background_wall_seconds=config.background_wall_seconds,
-            max_background_shells_per_client=config.max_background_shells_per_client,
-            max_background_shells=config.max_background_shells,
-            layer_bytes=config.layer_bytes,
-            image_dirs=tuple(Path(p) for p in config.image_dirs),
-            image_cache=config.image_cache or default_cache_root(),
-            image_cache_bytes=config.image_cache_bytes,
-            network_resolve=config.network_resolve,
         )
     )
     try:

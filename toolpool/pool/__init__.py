@@ -22,9 +22,29 @@ that runs the engine's calls on them.
 
 from __future__ import annotations
 
-from toolpool.pool.executor import PoolExecutor
-from toolpool.pool.pool import WorkerPool
+from typing import TYPE_CHECKING, Any
+
 from toolpool.pool.workers import Binding, PoolConfig, PoolError, PoolOutcome, PoolStatistics
+
+if TYPE_CHECKING:
+    from toolpool.pool.executor import PoolExecutor
+    from toolpool.pool.pool import WorkerPool
+
+
+def __getattr__(name: str) -> Any:
+    """``WorkerPool`` and ``PoolExecutor``, imported when first asked for (PEP 562): the
+    daemon's configuration reads the pool's settings (``PoolConfig``) without loading
+    the pool, and the tools and sandbox it imports, into every ``toolpool`` command."""
+    if name == "WorkerPool":
+        from toolpool.pool.pool import WorkerPool
+
+        return WorkerPool
+    if name == "PoolExecutor":
+        from toolpool.pool.executor import PoolExecutor
+
+        return PoolExecutor
+    raise AttributeError(f"module 'toolpool.pool' has no attribute {name!r}")
+
 
 __all__ = [
     "Binding",

@@ -1,4 +1,5 @@
-"""A realistic turn through the daemon (or in-process), its events shown live.
+"""``toolpool demo``: a realistic turn through the daemon (or in-process), its events
+shown live.
 
 The scratch workspace is a tiny Python project. One turn: a glob, two greps and two
 reads fan out side by side; an edit (with its diff as a preview) runs alone after
@@ -8,6 +9,7 @@ a bash command runs the project's tests and streams their output.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import tempfile
 import time
@@ -15,7 +17,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolpool.console import render_event
+from toolpool.cli.console import render_event, terminal
+from toolpool.cli.endpoint import client_flags
+from toolpool.client.control import ExitCode
 from toolpool.models import ToolCall, ToolResult
 
 PROJECT = {
@@ -55,6 +59,22 @@ CALLS = [
     ),
     ToolCall("c7", "bash", {"command": RUN_TESTS, "description": "Run the tests"}),
 ]
+
+
+def add_to(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser("demo", help="one realistic turn with its events shown live")
+    demo.add_argument(
+        "--in-process", action="store_true", help="run without a daemon (tools in-process)"
+    )
+    client_flags(demo)
+    demo.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    results = run_demo(
+        terminal(), in_process=args.in_process, endpoint=args.endpoint, runtime_dir=args.runtime_dir
+    )
+    return ExitCode.OK if results and not any(r.is_error for r in results) else ExitCode.FAILED
 
 
 def make_workspace(root: Path) -> None:

@@ -20,6 +20,12 @@ from toolpool.models import (
 )
 
 
+def terminal() -> Console:
+    """The console the commands print to: no highlighting of their own, long lines
+    kept whole."""
+    return Console(highlight=False, soft_wrap=True)
+
+
 def _short(value: Any, limit: int = 100) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = text.replace("\n", "⏎ ")

@@ -1,8 +1,12 @@
-"""What ``toolpool status`` and ``toolpool doctor`` print for a person: the daemon's
-status read from its answer, and this machine's sandbox mechanisms tried here."""
+"""``toolpool status`` (the daemon's workers, queue, sessions and sandbox, read from its
+answer) and ``toolpool doctor`` (this machine's sandbox mechanisms, tried here): what
+each prints for a person.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import shutil
 from typing import Any
@@ -10,8 +14,34 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from toolpool.client.control import left_out
-from toolpool.sandbox import SandboxProfile
+from toolpool.cli.console import terminal
+from toolpool.cli.endpoint import client_flags, connect
+from toolpool.client.control import ExitCode, left_out
+
+
+def add_to(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = commands.add_parser("status", help="the daemon's workers, queue and sessions")
+    status.add_argument("--json", action="store_true")
+    client_flags(status)
+    status.set_defaults(handler=show_status)
+
+    doctor = commands.add_parser("doctor", help="show the sandbox profile this machine offers")
+    doctor.set_defaults(handler=run_doctor)
+
+
+def show_status(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        status = client.status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print_status(status, terminal())
+    return ExitCode.OK
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Print which sandbox mechanisms this machine offers, and what is off and why."""
+    return ExitCode.OK if doctor(terminal()) else ExitCode.FAILED
 
 
 def print_status(status: dict[str, Any], console: Console) -> None:
@@ -72,6 +102,8 @@ def print_status(status: dict[str, Any], console: Console) -> None:
 def doctor(console: Console) -> bool:
     """Print which sandbox mechanisms this machine offers, and what is off and why;
     whether the confined command and (where on) the session sandbox work."""
+    from toolpool.sandbox import SandboxProfile
+
     profile = SandboxProfile.probe()
     console.print("[bold]sandbox profile[/] (strongest available is applied):")
     for line in profile.describe():

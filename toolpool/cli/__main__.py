@@ -1,0 +1,3 @@
+from toolpool.cli import main
+
+raise SystemExit(main())
