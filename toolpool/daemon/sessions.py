@@ -176,7 +176,7 @@ class Sessions:
             # Their calls run on workers of their own, which load the pickle (A6).
             # A policy session's run in its network namespace (N11), as its calls do.
             egress = isinstance(options.network, NetworkPolicy)
-            entry.binding = self.pool.bind(session.id, payload, egress=egress)
+            entry.binding = self.pool.bindings.bind(session.id, payload, egress=egress)
             for spec in shipped_specs:
                 spec.binding = entry.binding
         self.table[session.id] = entry
@@ -246,7 +246,7 @@ class Sessions:
             if self.pool is not None:
                 await self.pool.shells.end_session(session_id)
                 if entry.binding is not None:  # its bound workers retire (A6)
-                    self.pool.unbind(entry.binding)
+                    self.pool.bindings.unbind(entry.binding)
             self.coordinator.close_session(entry.session)
             log.info("session closed", extra={"session": session_id})
 

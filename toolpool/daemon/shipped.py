@@ -8,7 +8,7 @@ as the session opens, on the event loop: L10), and each tool's name and JSON sch
 (T1); the
 pipeline and the scheduler then see a ``ClientTool`` per tool — the answers the
 client sent as values — and the pool runs its calls on workers bound to the session,
-which load the pickle once confined (``WorkerPool.bind``).
+which load the pickle once confined (``WorkerPool.bindings.bind``).
 """
 
 from __future__ import annotations

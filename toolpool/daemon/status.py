@@ -23,7 +23,7 @@ def _shipped(entry: SessionEntry) -> list[str]:
 def _bound(pool: WorkerPool | None, entry: SessionEntry) -> list[int]:
     if pool is None or entry.binding is None:
         return []
-    return pool.bound_workers(entry.binding)
+    return pool.bindings.workers(entry.binding)
 
 
 def daemon_status(

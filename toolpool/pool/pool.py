@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolpool.cancel import CancelToken
+from toolpool.pool.bindings import SessionBindings
 from toolpool.pool.branch_changes import WorkspaceChanges
 from toolpool.pool.branches import Branches
 from toolpool.pool.calls import failed, unstarted
@@ -100,7 +101,6 @@ class WorkerPool:
         self.shells = ShellSupervisor(
             self.supervisor.processes,
             wall_seconds=config.background_wall_seconds,
-            cpus=config.worker_cpus,
             caps=caps,
         )
         # Checkpoints, rewinds and forks of the sessions' layers, and their changes out.
@@ -109,11 +109,9 @@ class WorkerPool:
         self.dispatch = Dispatch(config, self.supervisor, self.shells, self)
         self._workers = self.supervisor.workers  # the records, in start order
         self._tickets = itertools.count(1)
-        # Sessions' own workers, by session (bind): shipped tools, a network policy.
-        self._bindings: dict[str, Binding] = {}
-        self.egress.ending.append(self._network_ended)
-        self.egress.call_of_worker = self._call_of_worker
-        self.supervisor.netns_of = self._netns_of
+        # Sessions' own workers (A5, A6, N11): shipped tools, a network policy.
+        self.bindings = SessionBindings(self.dispatch, self._workers, self.egress, self.retire)
+        self.supervisor.netns_of = self.bindings.netns_of
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -194,7 +192,8 @@ class WorkerPool:
         counted here); ``holdable``: the call is read-only, so it may be held at a busy
         worker and run again elsewhere when a worker's death leaves it in doubt (SPEC
         H4). ``token`` cancels it: queued or held, it never starts. ``binding``: the
-        call is of a session's shipped tools, for a worker of that binding (``bind``);
+        call is of a session's shipped tools, for a worker of that binding
+        (``bindings.bind``);
         every call of a policy session (its context's ``egress``) is its binding's.
         Returns the pool's record of the call."""
         encoded = execute if isinstance(execute, EncodedExecute) else EncodedExecute.of(execute)
@@ -202,7 +201,7 @@ class WorkerPool:
         offline = self.supervisor.offline_default and not network
         if binding is None and encoded.context.egress:
             # A policy session's calls run on its own workers, in its namespace (N11).
-            binding = self._egress_binding(encoded.context.session_id)
+            binding = self.bindings.of_policy_session(encoded.context.session_id)
         kind: Kind = offline if binding is None else binding.kind(offline)
         call = Call(
             dispatch,
@@ -270,71 +269,6 @@ class WorkerPool:
         if outcome.status is OutcomeStatus.FAILED:
             raise PoolError(outcome.cause or "the pool cannot run calls")
         return outcome
-
-    # -- a session's own workers (SPEC A5, A6, N11) -----------------------------------------
-
-    def bind(self, session_id: str, payload: bytes = b"", *, egress: bool = False) -> Binding:
-        """The pool's side of a session's own workers, which take no other session's
-        call. ``payload``: its shipped tools' pickle, which goes, unread, to these
-        workers, which load it once confined (the tools' calls name the binding:
-        ``submit(binding=…)``); ``egress``: the session's network is a policy, and
-        its workers are forked into its network namespace (every call of the
-        session's is theirs)."""
-        binding = Binding(session_id, payload, egress)
-        self.dispatch.bind([binding.kind(False), binding.kind(True)])
-        self._bindings[session_id] = binding
-        return binding
-
-    def _egress_binding(self, session_id: str) -> Binding:
-        """The binding of a policy session's calls: the one its session opened with,
-        or one made at its first call (it ends with the session's network)."""
-        binding = self._bindings.get(session_id)
-        if binding is None or binding.ended:
-            binding = self.bind(session_id, egress=True)
-        return binding
-
-    def _netns_of(self, session_id: str) -> tuple[str, int]:
-        """(In a thread.) Where a policy session's worker is forked: its network
-        namespace's path and inode, made first if it is not yet. Raises
-        SandboxStartError."""
-        network = self.egress.network(session_id)
-        return network.path, network.inode
-
-    def _call_of_worker(self, worker_id: str) -> str:
-        """The call a policy session's worker runs now ("" for none): what its proxy
-        token names."""
-        worker = self._workers.get(worker_id)
-        if worker is None or worker.binding is None or not worker.given:
-            return ""
-        return worker.given[0].call_id
-
-    def _network_ended(self, session_id: str) -> None:
-        """A policy session's network ended (the session closed): its workers retire."""
-        binding = self._bindings.get(session_id)
-        if binding is not None and binding.egress:
-            self.unbind(binding)
-
-    def bound_workers(self, binding: Binding) -> list[int]:
-        """The pids of the live workers of ``binding`` (``status``)."""
-        return [
-            w.pid
-            for w in self._workers.values()
-            if w.binding is binding and w.pid and w.state is not WorkerState.DEAD
-        ]
-
-    def unbind(self, binding: Binding) -> None:
-        """The session closed: its workers retire (once their calls are over), and a
-        call of its tools that still comes is refused."""
-        if binding.ended:
-            return
-        binding.ended = True
-        if self._bindings.get(binding.session_id) is binding:
-            del self._bindings[binding.session_id]
-        kinds: list[Kind] = list(binding.kinds.values())
-        self.dispatch.unbind(kinds, "its session's tools were unbound (the session closed)")
-        for worker in list(self._workers.values()):
-            if worker.binding is binding:
-                self.retire(worker, "its session closed")
 
     # -- what the supervisor tells, and the planner's decisions -------------------------
 
