@@ -9,9 +9,13 @@ which names the option and the value (``bad_request`` over the wire)::
 
     session option approval_timeout = 'x': expected a number more than 0
 
-An option is a field of ``SessionOptions`` with ``option(default, parser, what)``;
-adding one is that field (and its use). ``to_wire`` is what ``OpenSession`` carries:
-the options given, in their plain JSON form.
+An option is a field of ``SessionOptions`` with ``option(default, parser, what)``
+(``daemon=True``: one a daemon carries out, ``DAEMON_OPTIONS``, which an in-process
+``Coordinator`` refuses and the engine's session never sees: ``for_engine``); adding
+one is that field, its use and its row in docs/sessions.md, the one list users read
+(a test keeps the two in step). A session's ``limits`` are checked by the rule
+``Limits`` keeps (``toolpool.sandbox.limits.refusal``). ``to_wire`` is what
+``OpenSession`` carries: the options given, in their plain JSON form.
 """
 
 from __future__ import annotations
@@ -243,9 +247,10 @@ def shown(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
-def option(default: Any, parse: Parser, what: str) -> Any:
-    """A session option: its default, its parser, and what it is."""
-    metadata = {"parse": parse, "what": what}
+def option(default: Any, parse: Parser, what: str, *, daemon: bool = False) -> Any:
+    """A session option: its default, its parser, and what it is; ``daemon``: a
+    daemon carries it out (it asks the client), not the engine's session."""
+    metadata = {"parse": parse, "what": what, "daemon": daemon}
     if isinstance(default, Mapping):  # not hashable: shared, read-only, by a factory
         return field(default_factory=lambda: default, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -270,10 +275,12 @@ class SessionOptions:
     limits: Mapping[str, Any] = option(
         _NO_LIMITS, _limits, "overrides of the calls' resource limits (D3)"
     )
-    gate: GateMode = option(GateMode.ALLOW, _gate_mode, "allow, ask or policy (P8)")
-    policy: tuple[PolicyRule, ...] = option((), _rules, "the rules of gate 'policy' (P8)")
+    gate: GateMode = option(GateMode.ALLOW, _gate_mode, "allow, ask or policy (P8)", daemon=True)
+    policy: tuple[PolicyRule, ...] = option(
+        (), _rules, "the rules of gate 'policy' (P8)", daemon=True
+    )
     approval_timeout: float | None = option(
-        None, _seconds, "seconds an approval waits for its answer"
+        None, _seconds, "seconds an approval waits for its answer", daemon=True
     )
     max_tool_concurrency: int | None = option(
         None, _count(0), "safe calls of a turn that run side by side (S2; 0, 1: serial)"
@@ -328,6 +335,11 @@ class SessionOptions:
             parsed["allow_network"] = True
         return cls(**parsed)
 
+    def for_engine(self) -> SessionOptions:
+        """These options with a daemon's (``DAEMON_OPTIONS``) at their defaults: what
+        the engine's session takes, the daemon carrying out the rest."""
+        return dataclasses.replace(self, **{name: _DEFAULTS[name] for name in DAEMON_OPTIONS})
+
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults."""
         return {
@@ -365,3 +377,8 @@ _OPTIONS: dict[str, Parser] = {
 _DEFAULTS: dict[str, Any] = {
     f.name: getattr(SessionOptions(), f.name) for f in dataclasses.fields(SessionOptions)
 }
+# The options a daemon carries out (it asks the client): an in-process Coordinator,
+# whose gate is a function, refuses them.
+DAEMON_OPTIONS = frozenset(
+    f.name for f in dataclasses.fields(SessionOptions) if f.metadata["daemon"]
+)
