@@ -9,6 +9,7 @@ the code meant to ask for."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import resource
@@ -194,11 +195,18 @@ def test_X13_a_worker_sets_its_own_once_and_each_calls_soft_limits_per_call() ->
 def test_X13_cgroup_limits_are_one_object_per_limits_compared_by_value() -> None:
     a, b = Limits(memory_bytes=64 * MiB), Limits(memory_bytes=64 * MiB)
     assert CgroupLimits.of(a) is CgroupLimits.of(a)  # a session's calls: no new object
-    assert CgroupLimits.of(a) == CgroupLimits.of(b) == CgroupLimits(64 * MiB, 256)
+    assert CgroupLimits.of(a) == CgroupLimits.of(b)
+    assert (CgroupLimits.of(a).memory_bytes, CgroupLimits.of(a).processes) == (64 * MiB, 256)
     assert CgroupLimits.of(a) != CgroupLimits.of(Limits(processes=8))
-    assert str(CgroupLimits(1024, 8)) == "memory_bytes = 1024, processes = 8"
+    assert "memory_bytes = 1024, processes = 8" in str(
+        CgroupLimits.of(Limits(memory_bytes=1024, processes=8))
+    )
     # Limits the cgroup does not carry leave it as it is
     assert CgroupLimits.of(Limits(cpu_seconds=3)) == CgroupLimits.of(Limits())
+    # Each of its fields is the limit of that name
+    limits = Limits(memory_bytes=5 * MiB, processes=7)
+    for f in dataclasses.fields(CgroupLimits):
+        assert getattr(CgroupLimits.of(limits), f.name) == getattr(limits, f.name)
 
 
 _TREE = CgroupTree.probe() if SandboxProfile.probe().active("cgroups") else None
@@ -213,7 +221,7 @@ def test_X13_cgroup_limits_are_written_as_the_kernel_reads_them() -> None:
     assert _TREE is not None
     cgroup = _TREE.create("x13-write")
     try:
-        CgroupLimits(96 * MiB, 12).write(cgroup)
+        CgroupLimits.of(Limits(memory_bytes=96 * MiB, processes=12)).write(cgroup)
         memory = cgroup.by_controller["memory"]
         v1 = (memory / "memory.limit_in_bytes").exists()
         limit_file = memory / ("memory.limit_in_bytes" if v1 else "memory.max")

@@ -282,7 +282,7 @@ async def test_H4_only_read_only_calls_of_the_same_limits_wait_behind_others(
     fake.reply("w1", ok("r1"), ok("r3"))
     await turn()
     assert fake.executes("w1")[-1] == ["r2"]  # first come first served, its limits set
-    assert fake.workers["w1"].cgroup_limits == CgroupLimits(big.memory_bytes, big.processes)
+    assert fake.workers["w1"].cgroup_limits == CgroupLimits.of(big)
 
 
 @pytest.mark.spec("H4")

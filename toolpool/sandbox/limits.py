@@ -275,7 +275,7 @@ class CgroupLimits:
         known = _CGROUP_LIMITS.get(id(limits))
         if known is not None:  # held below: its id is no other's
             return known[1]
-        made = cls(limits.memory_bytes, limits.processes)
+        made = cls(*(getattr(limits, name) for name in _CGROUP_FIELDS))
         if len(_CGROUP_LIMITS) >= _CGROUP_LIMITS_KEPT:
             _CGROUP_LIMITS.clear()
         _CGROUP_LIMITS[id(limits)] = (limits, made)
@@ -291,6 +291,8 @@ class CgroupLimits:
         cgroup.set_pids(self.processes)
 
 
+# Its fields are Limits' of the same names (a test keeps it so).
+_CGROUP_FIELDS = tuple(f.name for f in dataclasses.fields(CgroupLimits))
 # By the id of a Limits object: that object (held, so that its id stays its own) and
 # its cgroup limits. A pool sees few distinct Limits (per tool and session); bounded.
 _CGROUP_LIMITS: dict[int, tuple[Limits, CgroupLimits]] = {}
