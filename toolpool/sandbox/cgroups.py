@@ -217,15 +217,6 @@ class WorkerCgroup:
         if path is not None:
             self._write(path / "pids.max", str(limit))
 
-    def set_cpu_weight(self, weight: int) -> None:
-        path = self.by_controller.get("cpu")
-        if path is None:
-            return
-        if self._v1("cpu"):  # shares: 1024 for the default weight of 100
-            self._write(path / "cpu.shares", str(max(2, weight * 1024 // 100)))
-        else:
-            self._write(path / "cpu.weight", str(weight))
-
     def set_cpu(self, cpus: float) -> None:
         path = self.by_controller.get("cpu")
         if path is None:

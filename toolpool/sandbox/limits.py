@@ -43,7 +43,6 @@ class Limits:
     tmp_bytes: int = 256 * MiB  # size of a command's private /tmp (tmpfs)
     spill_bytes: int = 64 * MiB  # a command's output kept in its spill file
     network: bool = False  # commands tools start may reach the network
-    cpu_weight: int = 100  # the call's share of CPU beside others (cpu.weight, v1 cpu.shares)
 
     def __post_init__(self) -> None:
         for name in _FIELDS:
@@ -79,7 +78,7 @@ _KINDS = {f.name: str(getattr(f.type, "__name__", f.type)) for f in dataclasses.
 # memory cgroup take a C long (past it a value is refused, or wraps: a v1 memory
 # cgroup reads 2**64 as 0); pids.max takes PID_MAX_LIMIT at most (64-bit Linux).
 _KERNEL_MOST = 2**63 - 1
-_MOST = {"processes": 4 * 1024 * 1024, "cpu_weight": 10_000}
+_MOST = {"processes": 4 * 1024 * 1024}
 
 
 def refusal(name: str, value: Any) -> str | None:
@@ -268,7 +267,6 @@ class CgroupLimits:
 
     memory_bytes: int  # memory.max (v2); memory.limit_in_bytes and memsw (v1)
     processes: int  # pids.max
-    cpu_weight: int  # cpu.weight (v2); cpu.shares (v1)
 
     @classmethod
     def of(cls, limits: Limits) -> CgroupLimits:
@@ -291,7 +289,6 @@ class CgroupLimits:
         again). Raises OSError when the kernel refuses one."""
         cgroup.set_memory(self.memory_bytes)
         cgroup.set_pids(self.processes)
-        cgroup.set_cpu_weight(self.cpu_weight)
 
 
 # Its fields are Limits' of the same names (a test keeps it so).
