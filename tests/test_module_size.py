@@ -9,8 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
 
-# Over the bound, each waiting for a change of its own (issue 31, after issue 28, which
-# works in these files, lands): remove its line when it is split.
+# Over the bound, each waiting for a change of its own: remove its line when it is split.
 KNOWN_EXCEPTIONS = {
     "toolpool/cli.py": "the command line, to become a package with its console and demo",
     "toolpool/daemon/config.py": "DaemonConfig, whose fields PoolConfig copies one by one",
