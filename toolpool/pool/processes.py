@@ -294,7 +294,8 @@ class WorkerProcesses:
             wanted.write(worker.cgroup)
         except OSError as exc:
             worker.cgroup_limits = None  # written in part, maybe: the next call writes all
-            return f"its worker's cgroup refused the call's limits ({wanted}): {exc.strerror}"
+            why = exc.strerror or str(exc)
+            return f"its worker's cgroup refused the call's limits ({wanted}): {why}"
         worker.cgroup_limits = wanted
         return None
 
