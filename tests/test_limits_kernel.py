@@ -165,6 +165,10 @@ def test_X13_a_worker_sets_its_own_once_and_each_calls_soft_limits_per_call() ->
         seen["size"] = [before, per_call._address_space()]
         per_call.apply(Limits(file_size_bytes=5 << 20), cpu_used=5.5)
         seen["next_fsize"] = now("FSIZE")
+        # The most a limit may be, over what the worker has used and maps already
+        most = Limits(memory_bytes=2**63 - 1, cpu_seconds=float(2**62))
+        per_call.apply(most, cpu_used=2.0**62)
+        seen["most"] = [now("CPU")[0], now("AS")[0]]
         seen["hard"] = hard
         print(json.dumps(seen))
         """
@@ -186,6 +190,8 @@ def test_X13_a_worker_sets_its_own_once_and_each_calls_soft_limits_per_call() ->
     assert before <= seen["AS"][0] - mapped["AS"][0] <= after
     # The next call's file size limit is its own
     assert seen["next_fsize"] == [5 << 20, seen["hard"]["FSIZE"]]
+    # and a sum past what the kernel takes is the most it takes, not an error
+    assert seen["most"] == [2**63 - 1, 2**63 - 1]
 
 
 # --- cgroups --------------------------------------------------------------------------------

@@ -169,8 +169,10 @@ def capped(soft: int, hard: int, cap: int) -> tuple[int, int]:
 
 def _set(which: int, soft: int, hard: int | None = None) -> None:
     """Set an rlimit (its soft limit alone when ``hard`` is None), never above the
-    current hard limit."""
+    current hard limit, nor past what the kernel takes (a call's CPU and address
+    space are offsets from where the worker is: their sum may be)."""
     cap = resource.getrlimit(which)[1]
+    soft = min(soft, _KERNEL_MOST)
     if hard is not None:
         resource.setrlimit(which, capped(soft, hard, cap))
     else:
