@@ -110,8 +110,8 @@ class FakeWorkers:
         thread.start()
         return pid
 
-    def apply_limits(self, worker: Worker, limits: Limits) -> None:
-        pass
+    def apply_limits(self, worker: Worker, limits: Limits) -> str | None:
+        return None
 
     def oom_killed(self, worker: Worker) -> bool:
         return False

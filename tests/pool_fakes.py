@@ -34,6 +34,7 @@ from toolpool.protocol import (
     encode,
 )
 from toolpool.sandbox import Limits, SandboxProfile
+from toolpool.sandbox.limits import CgroupLimits
 from toolpool.worker.channel import CONTROL_SUFFIX
 
 LIMITS = Limits(wall_seconds=30)
@@ -91,8 +92,9 @@ class ScriptedProcesses:
             asyncio.get_running_loop().call_soon(self.ready, worker.id)
         return pid
 
-    def apply_limits(self, worker: Worker, limits: Limits) -> None:
-        worker.cgroup_limits = (limits.memory_bytes, limits.processes)
+    def apply_limits(self, worker: Worker, limits: Limits) -> str | None:
+        worker.cgroup_limits = CgroupLimits.of(limits)
+        return None
 
     def oom_killed(self, worker: Worker) -> bool:
         return worker.id in self.oom

@@ -138,6 +138,29 @@ async def test_X7_command_past_the_process_limit(setup: Setup) -> None:
     assert (await run(coordinator, session, "noop")).text == "ok"
 
 
+@pytest.mark.spec("X13", "X7")
+async def test_X13_a_memory_limit_below_the_workers_own_use_fails_that_call_alone(
+    setup: Setup, workspace: Path
+) -> None:
+    # Given a pool of one worker, and a session asking for 1 MiB of memory: less than
+    # the worker itself uses, which a v1 memory cgroup refuses to take (and a v2
+    # one takes by killing the worker)
+    pool, coordinator, session = await setup()
+    needs_cgroup(pool, "memory")
+    starved = coordinator.open_session(workspace, limits={"memory_bytes": MiB})
+    # When it calls, its call is an error naming the limit
+    result = await run(coordinator, starved, "noop")
+    assert result.is_error, result.text
+    assert f"memory_bytes = {MiB}" in result.text
+    # Then the pool is not stuck on it: the other session's calls run, before and
+    # after another of the starved session's
+    assert (await run(coordinator, session, "noop")).text == "ok"
+    again = coordinator.submit(starved, [ToolCall("c2", "noop", {})])
+    (ok,) = await coordinator.run_turn(session, [ToolCall("c3", "noop", {})])
+    assert ok.text == "ok"
+    assert (await again)[0].is_error
+
+
 @pytest.mark.spec("X8")
 async def test_X8_spill_file_is_capped_at_spill_bytes(setup: Setup) -> None:
     spill = 256 * 1024
@@ -162,5 +185,5 @@ def test_X7_tmp_and_spill_limits_are_limits() -> None:
     assert limits.spill_bytes == 64 * MiB
     assert Limits.from_dict({"spill_bytes": 1024, "tmp_bytes": 4096}).spill_bytes == 1024
     for name in ("tmp_bytes", "spill_bytes"):
-        with pytest.raises(ValueError, match="must be a positive number"):
+        with pytest.raises(ValueError, match=f"limit {name} = 0: expected an integer more than 0"):
             Limits.from_dict({name: 0})

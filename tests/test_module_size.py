@@ -1,6 +1,5 @@
 """Every module under toolpool/ stays small: 450 lines or fewer (a module past a few
-hundred lines holds two ideas; split it along its seam). The known exceptions are
-listed with the reason each is over, for the change that clears it."""
+hundred lines holds two ideas; split it along its seam)."""
 
 from __future__ import annotations
 
@@ -8,13 +7,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
-
-# Over the bound, each waiting for a change of its own: remove its line when it is
-# split. Both grew past it with the merge of the per-session egress work.
-KNOWN_EXCEPTIONS = {
-    "toolpool/pool/pool.py": "WorkerPool, with the egress bindings of sessions (N11) in it",
-    "toolpool/pool/shells.py": "the background shells, with the proxy of a session's network",
-}
 
 
 def _lines() -> dict[str, int]:
@@ -25,16 +17,5 @@ def _lines() -> dict[str, int]:
 
 
 def test_every_module_is_at_most_450_lines() -> None:
-    over = {
-        name: count
-        for name, count in _lines().items()
-        if count > MAX_LINES and name not in KNOWN_EXCEPTIONS
-    }
+    over = {name: count for name, count in _lines().items() if count > MAX_LINES}
     assert over == {}, f"split these along their seams (at most {MAX_LINES} lines): {over}"
-
-
-def test_each_known_exception_is_a_module_still_over_the_bound() -> None:
-    # A split module leaves the list with its split: the list names no module in bounds.
-    lines = _lines()
-    cleared = [name for name in KNOWN_EXCEPTIONS if lines.get(name, 0) <= MAX_LINES]
-    assert cleared == [], f"in bounds now (or gone): remove from KNOWN_EXCEPTIONS: {cleared}"

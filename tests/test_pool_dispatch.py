@@ -22,6 +22,7 @@ from toolpool.pool.pool import HOLD_RETRIES
 from toolpool.pool.workers import OutcomeStatus
 from toolpool.protocol import CallContext, Cancel, Execute, Progress, Shutdown, Withdrawn
 from toolpool.sandbox import Limits
+from toolpool.sandbox.limits import CgroupLimits
 
 from .pool_fakes import LIMITS, Calls, ScriptedProcesses, cancelled, ok, scripted_pool, turn
 from .support import until
@@ -281,7 +282,7 @@ async def test_H4_only_read_only_calls_of_the_same_limits_wait_behind_others(
     fake.reply("w1", ok("r1"), ok("r3"))
     await turn()
     assert fake.executes("w1")[-1] == ["r2"]  # first come first served, its limits set
-    assert fake.workers["w1"].cgroup_limits == (big.memory_bytes, big.processes)
+    assert fake.workers["w1"].cgroup_limits == CgroupLimits.of(big)
 
 
 @pytest.mark.spec("H4")

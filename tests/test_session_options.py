@@ -5,6 +5,9 @@ timeout that is no number, a table that is no table."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from toolpool.client import RequestFailed
 from toolpool.client.connection import Connection
 from toolpool.engine import Coordinator
 from toolpool.protocol import PROTOCOL_VERSION, Hello, OpenSession, decode, encode
-from toolpool.session_options import SessionOptionError, SessionOptions
+from toolpool.session_options import DAEMON_OPTIONS, SessionOptionError, SessionOptions
 
 from .daemon_support import Daemon, shared_daemon
 from .support import Work, work_call
@@ -33,6 +36,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"limits": {"bogus": 5}}, "limits = {'bogus': 5}: 'bogus' is not a limit (known:"),
     ({"limits": {"wall_seconds": -1}}, "wall_seconds = -1: expected a number more than 0"),
     ({"limits": {"memory_bytes": 1.5}}, "memory_bytes = 1.5: expected an integer more than 0"),
+    ({"limits": {"processes": 2**22 + 1}}, "processes = 4194305: expected an integer of at most"),
+    ({"limits": {"memory_bytes": 2**63}}, "memory_bytes = 9223372036854775808: expected an"),
     ({"limits": {"network": "yes"}}, "network = 'yes': expected true or false"),
     ({"limits": "lots"}, "limits = 'lots': expected a table of limits"),
     ({"allow_network": "true"}, "allow_network = 'true': expected true or false"),
@@ -102,6 +107,39 @@ def test_E6_what_the_wire_carries_reads_back_to_the_same_options(options: dict[s
     assert SessionOptions.parse(parsed.to_wire()) == parsed
 
 
+# --- the one list, as users read it ----------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "sessions.md"
+
+
+@pytest.mark.spec("E6")
+def test_E6_the_docs_table_lists_every_option_in_order_with_its_default() -> None:
+    # Given the table users read, and the one list it must follow
+    rows = re.findall(r"^\| `(\w+)` \| (.+?) \|", DOCS.read_text(), flags=re.MULTILINE)
+    fields = [f.name for f in dataclasses.fields(SessionOptions)]
+    # Then it has every option, in the list's order, and no other
+    assert [name for name, _ in rows] == fields
+    # and each default as the wire carries it ("—": the daemon's setting applies)
+    defaults = SessionOptions().to_wire(also=fields)
+    for name, shown in rows:
+        expected = "—" if defaults[name] is None else f"`{json.dumps(defaults[name])}`"
+        assert shown == expected, name
+
+
+DAEMONS = {"gate": "ask", "policy": [{"action": "deny", "tool": "bash"}], "approval_timeout": 5}
+
+
+@pytest.mark.spec("E6")
+def test_E6_the_options_a_daemon_carries_out_are_marked_once() -> None:
+    assert set(DAEMONS) == DAEMON_OPTIONS
+    # What the engine's session takes: the rest as given, a daemon's at their defaults
+    given = SessionOptions.parse({**DAEMONS, "shell": "persistent", "limits": {"processes": 9}})
+    assert given.for_engine() == SessionOptions.parse(
+        {"shell": "persistent", "limits": {"processes": 9}}
+    )
+    assert SessionOptions().for_engine() == SessionOptions()
+
+
 # --- the in-process coordinator ---------------------------------------------------------
 
 
@@ -113,8 +151,9 @@ def test_E6_the_coordinator_checks_what_it_is_given(workspace: Path) -> None:
             coordinator.open_session(workspace, limits={"bogus": 5, "wall_seconds": -1})
         with pytest.raises(SessionOptionError, match="wall_seconds = -1"):
             coordinator.open_session(workspace, limits={"wall_seconds": -1})
-        with pytest.raises(SessionOptionError, match="session option gate = 'ask': a daemon's"):
-            coordinator.open_session(workspace, gate="ask")
+        for name, value in DAEMONS.items():  # each a daemon's, refused in-process
+            with pytest.raises(SessionOptionError, match=f"session option {name} = .*a daemon's"):
+                coordinator.open_session(workspace, **{name: value})
         assert coordinator.sessions == {}  # nothing opened on the way
     finally:
         coordinator.close()

@@ -124,7 +124,8 @@ def test_the_installed_daemon_runs_the_demo_and_a_confined_bash_call(
         # And a bash call runs confined: the runtime dir with the daemon's socket,
         # which this process sees, is invisible to the command (SPEC X2)
         assert (runtime / SOCKET_NAME).exists()
-        probe = f"test -e {runtime / SOCKET_NAME} && echo socket-visible || echo socket-hidden"
+        # (the words split by quotes: the output shows the command as it runs too)
+        probe = f"test -e {runtime / SOCKET_NAME} && echo socket-vis''ible || echo socket-hid''den"
         call = installed.run(
             "call", *dir_flag, "--print-result", "bash", json.dumps({"command": probe})
         )

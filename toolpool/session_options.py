@@ -9,9 +9,13 @@ which names the option and the value (``bad_request`` over the wire)::
 
     session option approval_timeout = 'x': expected a number more than 0
 
-An option is a field of ``SessionOptions`` with ``option(default, parser, what)``;
-adding one is that field (and its use). ``to_wire`` is what ``OpenSession`` carries:
-the options given, in their plain JSON form.
+An option is a field of ``SessionOptions`` with ``option(default, parser, what)``
+(``daemon=True``: one a daemon carries out, ``DAEMON_OPTIONS``, which an in-process
+``Coordinator`` refuses and the engine's session never sees: ``for_engine``); adding
+one is that field, its use and its row in docs/sessions.md, the one list users read
+(a test keeps the two in step). A session's ``limits`` are checked by the rule
+``Limits`` keeps (``toolpool.sandbox.limits.refusal``). ``to_wire`` is what
+``OpenSession`` carries: the options given, in their plain JSON form.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 from toolpool.egress.rules import NetworkPolicy, PolicyError
 from toolpool.policy import GateMode, PolicyRule, parse_policy
 from toolpool.profiles import DEFAULT_PROFILE, PROFILES
-from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.limits import Limits, refusal
 
 Parser = Callable[[Any], Any]
 
@@ -213,45 +217,40 @@ def _rules(value: Any) -> tuple[PolicyRule, ...]:
         raise _Refused(str(exc)) from None
 
 
-_LIMIT_TYPES = {f.name: f.type for f in dataclasses.fields(Limits)}
-
-
 _NO_LIMITS: Mapping[str, Any] = MappingProxyType({})
+_LIMIT_NAMES = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 def _limits(value: Any) -> Mapping[str, Any]:
-    """Overrides of ``Limits``: known names, each a value of its type, positive."""
+    """Overrides of ``Limits``: known names, each a value ``Limits`` takes (its one
+    rule, ``toolpool.sandbox.limits.refusal``)."""
     if value is None:
         return _NO_LIMITS
     if not isinstance(value, Mapping):
         raise _Refused("expected a table of limits ({'wall_seconds': 30, …})")
     for name, limit in value.items():
-        kind = _LIMIT_TYPES.get(name)
-        if kind is None:
-            raise _Refused(f"{shown(name)} is not a limit (known: {', '.join(_LIMIT_TYPES)})")
-        if kind == "bool":
-            if not isinstance(limit, bool):
-                raise _Refused(f"{name} = {shown(limit)}: expected true or false")
-            continue
-        number = int if kind == "int" else int | float
-        if isinstance(limit, bool) or not isinstance(limit, number) or not limit > 0:
-            what = "an integer" if kind == "int" else "a number"
-            raise _Refused(f"{name} = {shown(limit)}: expected {what} more than 0")
-        if not math.isfinite(limit):
-            raise _Refused(f"{name} = {shown(limit)}: expected a finite number")
+        if name not in _LIMIT_NAMES:
+            raise _Refused(f"{shown(name)} is not a limit (known: {', '.join(_LIMIT_NAMES)})")
+        why = refusal(name, limit)
+        if why is not None:
+            raise _Refused(f"{name} = {shown(limit)}: {why}")
     return MappingProxyType(dict(value))
 
 
 def shown(value: Any, limit: int = 200) -> str:
     """``value`` as a message shows it: its repr (controls escaped), cut at ``limit``
     characters — a client may send megabytes where a number goes."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4,300 digits, somewhere in it
+        return f"<{type(value).__name__} too long to show>"
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
-def option(default: Any, parse: Parser, what: str) -> Any:
-    """A session option: its default, its parser, and what it is."""
-    metadata = {"parse": parse, "what": what}
+def option(default: Any, parse: Parser, what: str, *, daemon: bool = False) -> Any:
+    """A session option: its default, its parser, and what it is; ``daemon``: a
+    daemon carries it out (it asks the client), not the engine's session."""
+    metadata = {"parse": parse, "what": what, "daemon": daemon}
     if isinstance(default, Mapping):  # not hashable: shared, read-only, by a factory
         return field(default_factory=lambda: default, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -276,10 +275,12 @@ class SessionOptions:
     limits: Mapping[str, Any] = option(
         _NO_LIMITS, _limits, "overrides of the calls' resource limits (D3)"
     )
-    gate: GateMode = option(GateMode.ALLOW, _gate_mode, "allow, ask or policy (P8)")
-    policy: tuple[PolicyRule, ...] = option((), _rules, "the rules of gate 'policy' (P8)")
+    gate: GateMode = option(GateMode.ALLOW, _gate_mode, "allow, ask or policy (P8)", daemon=True)
+    policy: tuple[PolicyRule, ...] = option(
+        (), _rules, "the rules of gate 'policy' (P8)", daemon=True
+    )
     approval_timeout: float | None = option(
-        None, _seconds, "seconds an approval waits for its answer"
+        None, _seconds, "seconds an approval waits for its answer", daemon=True
     )
     max_tool_concurrency: int | None = option(
         None, _count(0), "safe calls of a turn that run side by side (S2; 0, 1: serial)"
@@ -334,6 +335,11 @@ class SessionOptions:
             parsed["allow_network"] = True
         return cls(**parsed)
 
+    def for_engine(self) -> SessionOptions:
+        """These options with a daemon's (``DAEMON_OPTIONS``) at their defaults: what
+        the engine's session takes, the daemon carrying out the rest."""
+        return dataclasses.replace(self, **{name: _DEFAULTS[name] for name in DAEMON_OPTIONS})
+
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults."""
         return {
@@ -371,3 +377,8 @@ _OPTIONS: dict[str, Parser] = {
 _DEFAULTS: dict[str, Any] = {
     f.name: getattr(SessionOptions(), f.name) for f in dataclasses.fields(SessionOptions)
 }
+# The options a daemon carries out (it asks the client): an in-process Coordinator,
+# whose gate is a function, refuses them.
+DAEMON_OPTIONS = frozenset(
+    f.name for f in dataclasses.fields(SessionOptions) if f.metadata["daemon"]
+)

@@ -231,8 +231,8 @@ class AsyncClient(ClientBase[zmq.Socket[bytes]]):
         **options: Any,
     ) -> _SessionOpener:
         """Open a session (await it, or use it as an async context manager). Options
-        and ``tools`` as for ``toolpool.Client.session``; ``on_approval`` may be
-        async."""
+        (``toolpool.session_options.SessionOptions``, docs/sessions.md) and ``tools``
+        as for ``toolpool.Client.session``; ``on_approval`` may be async."""
         return _SessionOpener(self, workspace, on_approval, options, tools)
 
     async def _open(

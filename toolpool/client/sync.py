@@ -243,16 +243,15 @@ class Client(ClientBase[zmq.Socket[bytes]]):
         tools: Sequence[Any] = (),
         **options: Any,
     ) -> Session:
-        """Open a session on ``workspace``. ``options`` are those of
-        ``toolpool.session_options.SessionOptions`` (extra_roots, allow_network,
-        max_tool_errors, limits, gate, policy, approval_timeout, max_tool_concurrency,
-        turn_output_chars, on_error, tool_profile), checked before anything is sent:
-        a bad one is a ``RequestFailed`` (code ``bad_request``) naming it, as the
-        daemon would refuse it. ``on_approval(request)`` answers the gate's questions
-        (True, False, or (False, "reason")). ``tools``: functions of this program (or
-        ``@tool`` functions) that the session offers beside the daemon's, shipped by
-        value and run in the daemon's workers under the session's limits (SPEC A5; a
-        ``ShippingError`` names one that cannot be shipped)."""
+        """Open a session on ``workspace``. ``options``: the session options, listed
+        once in ``toolpool.session_options.SessionOptions`` (docs/sessions.md),
+        checked before anything is sent: a bad one is a ``RequestFailed`` (code
+        ``bad_request``) naming it, as the daemon would refuse it.
+        ``on_approval(request)`` answers the gate's questions (True, False, or (False,
+        "reason")). ``tools``: functions of this program (or ``@tool`` functions) that
+        the session offers beside the daemon's, shipped by value and run in the
+        daemon's workers under the session's limits (SPEC A5; a ``ShippingError``
+        names one that cannot be shipped)."""
         opening = self._conn.open_session(workspace, options, on_approval, tools)
         return Session(self, self._run(opening))
 
@@ -327,7 +326,8 @@ class Session(SessionBase[Client]):
     ) -> list[Session]:
         """``n`` new sessions whose workspace and root are this one's at ``at`` (a
         checkpoint id; now by default), each with a copy of its read register and its
-        options — ``options`` over them — each diverging on its own."""
+        options — ``options`` (``client.session``'s) over them — each diverging on its
+        own."""
         made = branching.fork(self._conn, self.id, n, at, options, timeout)
         return [Session(self.client, session_id) for session_id in self.client._run(made)]
 

@@ -163,7 +163,8 @@ class _Progress:
 
 class AsyncToolbox:
     """One session of ``client``'s daemon on ``workspace``, as tools (see the module).
-    ``options`` are the session's (``client.session``); ``on_approval(request)``
+    ``options`` are the session's (``toolpool.session_options.SessionOptions``,
+    docs/sessions.md; checked as the session opens); ``on_approval(request)``
     answers the gate's questions no call answers itself; ``on_progress(call_id,
     data)`` gets the progress of calls that have no handler of their own. An async
     context manager, or ``await open()`` / ``await close()``."""

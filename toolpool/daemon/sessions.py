@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,7 +36,6 @@ from toolpool.models import (
     ToolStart,
     TurnEnd,
 )
-from toolpool.policy import GateMode
 from toolpool.pool import WorkerPool
 from toolpool.protocol import (
     Accepted,
@@ -152,11 +150,7 @@ class Sessions:
             # The gate is the daemon's to carry out (it asks the client): the engine's
             # session has the rest.
             session = self.coordinator.open_session(
-                workspace,
-                options=dataclasses.replace(
-                    options, gate=GateMode.ALLOW, policy=(), approval_timeout=None
-                ),
-                tools=shipped_specs,
+                workspace, options=options.for_engine(), tools=shipped_specs
             )
         except ToolDefinitionError as exc:  # a shipped tool's name is the daemon's
             raise BadRequest(FailureCode.BAD_REQUEST, f"session tools refused: {exc}") from None

@@ -33,11 +33,14 @@ from toolpool.engine.session import Session
 from toolpool.engine.turn import Turn, discard
 from toolpool.models import Event, ToolCall, ToolResult
 from toolpool.registry import ToolRegistry
-from toolpool.session_options import SessionOptionError, SessionOptions, shown
+from toolpool.session_options import (
+    DAEMON_OPTIONS,
+    SessionOptionError,
+    SessionOptions,
+    shown,
+)
 from toolpool.tracing import TurnTracer, turn_tracer
 
-# Options a daemon carries out (it asks the client): not an in-process coordinator's.
-_DAEMON_OPTIONS = frozenset({"gate", "policy", "approval_timeout"})
 # Claude Code's default: enough to fan out a model's usual burst of reads and greps.
 DEFAULT_MAX_TOOL_CONCURRENCY = 10
 DEFAULT_MAX_TOOL_ERRORS = 3
@@ -112,21 +115,20 @@ class Coordinator:
         **given: Any,
     ) -> Session:
         """Open a session on ``workspace`` with ``options``, or with the options
-        ``given`` as keywords (``toolpool.session_options``: extra_roots,
-        allow_network, max_tool_errors, limits, max_tool_concurrency,
-        turn_output_chars, on_error, tool_profile, shell), checked here: a bad one is a
-        SessionOptionError (a ValueError) naming it. Unset ones take the
-        coordinator's settings. ``tools`` are the session's own, beside the
+        ``given`` as keywords — the session options, listed once in
+        ``toolpool.session_options.SessionOptions`` (docs/sessions.md) —, checked
+        here: a bad one is a SessionOptionError (a ValueError) naming it. Unset ones
+        take the coordinator's settings. ``tools`` are the session's own, beside the
         coordinator's (the daemon's client-shipped tools, SPEC A5): they run where the
         executor runs tools; a name the coordinator has is a ToolDefinitionError.
-        ``gate``, ``policy`` and ``approval_timeout`` are a daemon's: this
-        coordinator's gate is a function (``Coordinator(gate=…)``, ``submit(gate=…)``),
-        and it refuses them."""
+        The options a daemon carries out (``DAEMON_OPTIONS``: the gate's) are
+        refused: this coordinator's gate is a function (``Coordinator(gate=…)``,
+        ``submit(gate=…)``)."""
         if options is not None and given:
             raise TypeError("open_session takes options or keywords, not both")
         if options is None:
             options = SessionOptions.parse(given)
-        gated = {n: v for n, v in options.to_wire().items() if n in _DAEMON_OPTIONS}
+        gated = {n: v for n, v in options.to_wire().items() if n in DAEMON_OPTIONS}
         if gated:
             name, value = next(iter(gated.items()))
             raise SessionOptionError(

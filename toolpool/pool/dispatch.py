@@ -189,7 +189,12 @@ class Dispatch:
             for call in given:
                 call.behind = True
         else:
-            self.supervisor.processes.apply_limits(worker, calls[0].limits)
+            refused = self.supervisor.processes.apply_limits(worker, calls[0].limits)
+            if refused is not None:  # none of them can run there: they share those limits
+                for call in calls:
+                    self.end(call, failed(refused))
+                self._flush_soon()  # the worker is still free for the calls behind them
+                return
             worker.state = _BUSY
         last = len(calls) - 1
         for i, call in enumerate(calls):

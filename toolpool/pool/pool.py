@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolpool.cancel import CancelToken
-from toolpool.pool.bindings import Bindings
+from toolpool.pool.bindings import SessionBindings
 from toolpool.pool.branch_changes import WorkspaceChanges
 from toolpool.pool.branches import Branches
 from toolpool.pool.calls import failed, unstarted
@@ -101,7 +101,6 @@ class WorkerPool:
         self.shells = ShellSupervisor(
             self.supervisor.processes,
             wall_seconds=config.background_wall_seconds,
-            cpus=config.worker_cpus,
             caps=caps,
         )
         # Checkpoints, rewinds and forks of the sessions' layers, and their changes out.
@@ -110,8 +109,9 @@ class WorkerPool:
         self.dispatch = Dispatch(config, self.supervisor, self.shells, self)
         self._workers = self.supervisor.workers  # the records, in start order
         self._tickets = itertools.count(1)
-        # Sessions' own workers (SPEC A5, A6, N11): shipped tools, a network policy.
-        self.bindings = Bindings(self.dispatch, self.supervisor, self.egress, self.retire)
+        # Sessions' own workers (A5, A6, N11): shipped tools, a network policy.
+        self.bindings = SessionBindings(self.dispatch, self._workers, self.egress, self.retire)
+        self.supervisor.netns_of = self.bindings.netns_of
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -192,7 +192,8 @@ class WorkerPool:
         counted here); ``holdable``: the call is read-only, so it may be held at a busy
         worker and run again elsewhere when a worker's death leaves it in doubt (SPEC
         H4). ``token`` cancels it: queued or held, it never starts. ``binding``: the
-        call is of a session's shipped tools, for a worker of that binding (``bindings``);
+        call is of a session's shipped tools, for a worker of that binding
+        (``bindings.bind``);
         every call of a policy session (its context's ``egress``) is its binding's.
         Returns the pool's record of the call."""
         encoded = execute if isinstance(execute, EncodedExecute) else EncodedExecute.of(execute)

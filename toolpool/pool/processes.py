@@ -30,7 +30,7 @@ from toolpool.protocol import MAX_FRAME_BYTES, Exited, Message, encode
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CgroupTree, WorkerCgroup
 from toolpool.sandbox.layers import remove_layers
-from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.limits import CgroupLimits, Limits
 from toolpool.sandbox.profile import SandboxProfile
 from toolpool.sandbox.terminate import (
     CgroupMembers,
@@ -246,13 +246,22 @@ class WorkerProcesses:
 
     def _make_cgroup(self, worker_id: str) -> tuple[WorkerCgroup, int]:
         """In a thread: the cgroup with the pool's limits, and its OOM kills so far."""
-        assert self.cgroups is not None
-        cgroup = self.cgroups.create(worker_id)
-        limits = self.config.limits
-        cgroup.set_memory(limits.memory_bytes)
-        cgroup.set_pids(limits.processes)
-        cgroup.set_cpu(self.config.worker_cpus)
+        cgroup = self.new_cgroup(worker_id, self.config.limits)
         return cgroup, cgroup.oom_kills()
+
+    def new_cgroup(self, name: str, limits: Limits) -> WorkerCgroup:
+        """A cgroup under the pool's, for a worker or a background shell: ``limits``'
+        ``CgroupLimits`` and the workers' CPU quota. Raises OSError when it cannot be
+        made (nothing of it is left then)."""
+        assert self.cgroups is not None
+        cgroup = self.cgroups.create(name)
+        try:
+            CgroupLimits.of(limits).write(cgroup)
+            cgroup.set_cpu(self.config.worker_cpus)
+        except OSError:
+            cgroup.remove()
+            raise
+        return cgroup
 
     def _made(self, worker: Worker, done: asyncio.Future[tuple[WorkerCgroup, int]]) -> None:
         """On the loop: a cgroup made is the worker's, or removed when the worker was
@@ -267,20 +276,28 @@ class WorkerProcesses:
             cgroup.remove()
             return
         worker.cgroup, worker.oom_baseline = cgroup, oom_kills
+        worker.cgroup_limits = CgroupLimits.of(self.config.limits)
 
     async def spawn(self, worker: Worker, config: WorkerConfig) -> int:
         """Have the zygote fork the worker; its pid (ZygoteError when it cannot)."""
         assert self._zygote is not None
         return await self._zygote.spawn(worker.id, config.to_dict(), self.config.spawn_timeout)
 
-    def apply_limits(self, worker: Worker, limits: Limits) -> None:
-        """Write a call's memory and process limits to the worker's cgroup."""
-        applied = (limits.memory_bytes, limits.processes)
-        if worker.cgroup is None or worker.cgroup_limits == applied:
-            return
-        worker.cgroup.set_memory(limits.memory_bytes)
-        worker.cgroup.set_pids(limits.processes)
-        worker.cgroup_limits = applied
+    def apply_limits(self, worker: Worker, limits: Limits) -> str | None:
+        """Write a call's cgroup limits to the worker's cgroup, unless it has them;
+        why not, when the kernel refuses them (a v1 memory limit below what the
+        worker already uses: no call with them can run there)."""
+        wanted = CgroupLimits.of(limits)
+        if worker.cgroup is None or worker.cgroup_limits == wanted:
+            return None
+        try:
+            wanted.write(worker.cgroup)
+        except OSError as exc:
+            worker.cgroup_limits = None  # written in part, maybe: the next call writes all
+            why = exc.strerror or str(exc)
+            return f"its worker's cgroup refused the call's limits ({wanted}): {why}"
+        worker.cgroup_limits = wanted
+        return None
 
     def oom_killed(self, worker: Worker) -> bool:
         return worker.cgroup is not None and worker.cgroup.oom_kills() > worker.oom_baseline

@@ -4,11 +4,12 @@ started by ``launch``), and what a dead daemon's shells left (``remove_stale_she
 the supervisor's record of it is ``shell_record.py``.
 
 Either way it gets what a worker would have given a foreground command: its own
-cgroup (the call's memory and process limits, the workers' CPU quota, ``shell_cgroup``)
-and the call's rlimits (``shell_rlimits``). In a sandbox of its own it is confined as
-a foreground command is there (``toolpool.sandbox.command.confined``: bubblewrap,
-seccomp, Landlock, network as the session allows), and the exec wrapper gives it the
-cgroup, the rlimits and, without bubblewrap, an empty network namespace
+cgroup, made as a worker's is (``WorkerProcesses.new_cgroup``: the call's
+``CgroupLimits``, the workers' CPU quota), and the call's rlimits
+(``toolpool.sandbox.limits.rlimits``, the one mapping). In a sandbox of its own it is
+confined as a foreground command is there (``toolpool.sandbox.command.confined``:
+bubblewrap, seccomp, Landlock, network as the session allows), and the exec wrapper
+gives it the cgroup, the rlimits and, without bubblewrap, an empty network namespace
 (``confine_exec.py --cgroup --rlimit --unshare-net``) before it execs the sandbox.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import signal
 import subprocess
@@ -28,9 +28,9 @@ from typing import Protocol
 
 from toolpool.protocol import CallContext
 from toolpool.sandbox import confine_exec
-from toolpool.sandbox.cgroups import CgroupTree, WorkerCgroup
+from toolpool.sandbox.cgroups import WorkerCgroup
 from toolpool.sandbox.command import Confinement, confined
-from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.limits import Limits, memory_by_rlimit, rlimits
 from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.profile import SandboxProfile
@@ -155,24 +155,6 @@ class OwnSandbox:
         return None  # bubblewrap ends as its command does: its exit is the command's
 
 
-def shell_cgroup(
-    tree: CgroupTree | None, shell_id: str, limits: Limits, cpus: float
-) -> WorkerCgroup | None:
-    """The shell's own cgroup under the pool's tree, with the call's memory and
-    process limits and the workers' CPU quota; None without cgroups."""
-    if tree is None:
-        return None
-    cgroup = tree.create(f"shell-{shell_id}")
-    try:
-        cgroup.set_memory(limits.memory_bytes)
-        cgroup.set_pids(limits.processes)
-        cgroup.set_cpu(cpus)
-    except OSError:
-        cgroup.remove()
-        raise
-    return cgroup
-
-
 def launch(
     context: CallContext,
     limits: Limits,
@@ -247,30 +229,11 @@ def _launcher(cgroup: WorkerCgroup | None, limits: Limits, unshare_net: bool) ->
     argv = [sys.executable, "-I", "-S", confine_exec.__file__]
     for procs in cgroup.procs_files() if cgroup is not None else ():
         argv += ["--cgroup", str(procs)]
-    for name, (soft, hard) in shell_rlimits(cgroup, limits).items():
+    for name, (soft, hard) in rlimits(limits, address_space=memory_by_rlimit(cgroup)).items():
         argv += ["--rlimit", f"{name}={soft}" if soft == hard else f"{name}={soft}:{hard}"]
     if unshare_net:
         argv.append("--unshare-net")
     return [*argv, "--"]
-
-
-def shell_rlimits(cgroup: WorkerCgroup | None, limits: Limits) -> dict[str, tuple[int, int]]:
-    """The call's rlimits for a shell, by name (``RLIMIT_<name>``): soft, hard. No
-    core files, its open files and file size, its CPU time, and RLIMIT_AS where no
-    memory cgroup bounds it."""
-    cpu = max(1, math.ceil(limits.cpu_seconds))
-    rlimits = {
-        "CORE": (0, 0),
-        "NOFILE": (limits.open_files, limits.open_files),
-        "FSIZE": (limits.file_size_bytes, limits.file_size_bytes),
-        # SIGXCPU at the soft limit: a death by it names cpu_seconds (shell_bounds),
-        # where a SIGKILL alone reads as any kill; the kernel's SIGKILL a second after
-        # ends a command that ignores it.
-        "CPU": (cpu, cpu + 1),
-    }
-    if cgroup is None or "memory" not in cgroup.controllers:
-        rlimits["AS"] = (limits.memory_bytes, limits.memory_bytes)
-    return rlimits
 
 
 def remove_stale_shells(alive: Callable[[int], bool]) -> list[int]:

@@ -4,9 +4,9 @@ costs no sandbox of its own.
 
 The sandbox's helper starts it as it starts a foreground command (``spawn.py``): in
 PID and mount namespaces of its own under a per-command init, joined to the shell's
-own cgroup (``shell_cgroup``: the call's memory and process limits, the workers' CPU
-quota), with the call's rlimits (``shell_rlimits``; SIGXFSZ ignored, so a write
-past the file size limit fails with EFBIG), the environment and start
+own cgroup (the call's ``CgroupLimits``, the workers' CPU quota), with the call's
+rlimits (``toolpool.sandbox.limits.rlimits``; SIGXFSZ ignored, so a write past the
+file size limit fails with EFBIG), the environment and start
 directory a shell gets in a sandbox of its own (V10), stdin ``/dev/null`` and
 stdout and stderr to its output pipe. So its ``/proc`` shows only its own
 processes, and it can signal neither the session's other commands nor the helper.
@@ -22,22 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import signal
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from toolpool.pool.shell_process import (
-    ENV,
-    READY_TIMEOUT,
-    SHELL_MARK,
-    shell_rlimits,
-    start_cwd,
-)
+from toolpool.pool.shell_process import ENV, READY_TIMEOUT, SHELL_MARK, start_cwd
 from toolpool.protocol import CallContext
 from toolpool.sandbox.cgroups import WorkerCgroup
-from toolpool.sandbox.limits import Limits
+from toolpool.sandbox.limits import Limits, capped, memory_by_rlimit, resource_number, rlimits
 from toolpool.sandbox.mounts import PRIVATE_HOME
 from toolpool.sandbox.policy import Policy
 from toolpool.sandbox.spawn import SpawnedCommand, current_rlimits, spawn
@@ -195,13 +188,10 @@ def start_in_sandbox(
 
 
 def _rlimits(cgroup: WorkerCgroup | None, limits: Limits) -> dict[int, tuple[int, int]]:
-    """This process's rlimits (what a child of it would inherit) with the shell's
+    """This process's rlimits (what a child of it would inherit) with the call's
     own, none above the hard limit it has here (a raise would be refused)."""
-    rlimits = current_rlimits()
-    for name, (soft, hard) in shell_rlimits(cgroup, limits).items():
-        number = getattr(resource, f"RLIMIT_{name}")
-        cap = rlimits[number][1]
-        if cap != resource.RLIM_INFINITY:
-            soft, hard = min(soft, cap), min(hard, cap)
-        rlimits[number] = (min(soft, hard), hard)
-    return rlimits
+    inherited = current_rlimits()
+    for name, (soft, hard) in rlimits(limits, address_space=memory_by_rlimit(cgroup)).items():
+        number = resource_number(name)
+        inherited[number] = capped(soft, hard, inherited[number][1])
+    return inherited

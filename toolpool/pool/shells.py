@@ -5,9 +5,10 @@ A shell belongs to its session, not to the worker whose call started it: recycli
 or losing that worker changes nothing, and any later call of the session, on any
 worker, reads or ends it. It runs in the session's sandbox, where its foreground
 commands run (SPEC V5, ``shell_spawn.py``), or where there are none (the ``session``
-mechanism off) in a sandbox of its own, confined as a foreground command is there;
-either way with what a worker would have given it besides: its cgroup, the call's
-rlimits (``shell_process.py``; the record of each shell: ``shell_record.py``).
+mechanism off) in a sandbox of its own, confined as a foreground command is there
+(``shell_process.py``; which of the two: ``shell_start.py``); either way with what a
+worker would have given it besides: its cgroup, made as a worker's is, and the
+call's rlimits (SPEC X13; the record of each shell: ``shell_record.py``).
 
 Its output (stdout and stderr together) goes to ``shells/<id>.log`` in the session's
 scratch directory as bytes, up to the call's ``spill_bytes`` and a truncation note
@@ -45,12 +46,11 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable
 from functools import partial
 from pathlib import Path
 
 from toolpool.background import ShellInfo, ShellState
-from toolpool.egress.environment import proxy_environment
 from toolpool.errors import ToolError
 from toolpool.models import ErrorCode
 from toolpool.pool import shell_bounds
@@ -60,19 +60,15 @@ from toolpool.pool.shell_bounds import LimitEnd, ShellCaps
 from toolpool.pool.shell_process import (
     READY_TIMEOUT,
     OwnSandbox,
-    ShellProcess,
-    launch,
-    shell_cgroup,
 )
 from toolpool.pool.shell_record import Shell, clean_up, discard
-from toolpool.pool.shell_spawn import start_in_sandbox
+from toolpool.pool.shell_start import Where, start_command
 from toolpool.protocol import CallContext, ShellAction, ShellReply, ShellRequest
 from toolpool.sandbox import linux
 from toolpool.sandbox.command import RETRY_PAUSE_SECONDS, START_ATTEMPTS, NetworkNotConnected
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.mounts import HOST_ROOT
 from toolpool.sandbox.session_box import SandboxStartError
-from toolpool.sandbox.spawn import SpawnError
 from toolpool.sandbox.terminate import terminate
 from toolpool.spill import SpillFile
 
@@ -107,12 +103,10 @@ class ShellSupervisor:
         processes: WorkerProcesses,
         *,
         wall_seconds: float,
-        cpus: float,
         caps: ShellCaps | None = None,
     ) -> None:
         self._processes = processes  # the sandbox profile, policy and cgroups in use
         self.wall_seconds = wall_seconds
-        self._cpus = cpus
         self.caps = caps or ShellCaps()
         self.client_of: Callable[[str], Hashable | None] = lambda _session_id: None
         self.sandbox_retries = 0  # starts tried again: the sandbox failed before them
@@ -332,7 +326,7 @@ class ShellSupervisor:
         limits: Limits,
         command: str,
         client: Hashable | None,
-        where: Path | tuple[Sequence[str], Mapping[str, str]],
+        where: Where,
         call_id: str = "",
     ) -> Shell | str:
         """Start the command — in the session sandbox whose socket ``where`` is, else
@@ -344,28 +338,16 @@ class ShellSupervisor:
         directory = Path(context.scratch_dir) / "shells"
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         output = SpillFile(directory / f"{shell_id}.log", limits.spill_bytes)
-        cgroup = shell_cgroup(self._processes.cgroups, shell_id, limits, self._cpus)
         mark = f"{os.getpid()}:{shell_id}"
-        profile, policy = self._processes.profile, self._processes.policy
-        loop = asyncio.get_running_loop()
-        started: tuple[ShellProcess, int] | str
+        base = self.sandboxes.base_of(context.session_id)[0] if isinstance(where, Path) else {}
+        cgroup = None
         try:
-            if isinstance(where, Path):  # the spawn's send and the start, off the loop
-                start = partial(start_in_sandbox, where, context, limits, command, cgroup)
-                base, _ = self.sandboxes.base_of(context.session_id)  # an image's (V13)
-                proxy = (
-                    proxy_environment(context.egress, call_id)
-                    if context.egress and not limits.network
-                    else {}
-                )
-                started = await loop.run_in_executor(None, start, mark, policy, base, proxy)
-            else:
-                root, views = where
-                started = launch(
-                    context, limits, command, cgroup, mark, profile, policy, root, views
-                )
-        except SpawnError as exc:  # the sandbox is gone: the next attempt starts another
-            started = f"The session's sandbox is gone: {exc}."
+            if self._processes.cgroups is not None:  # as a worker's: the call's limits
+                cgroup = self._processes.new_cgroup(f"shell-{shell_id}", limits)
+            started = await start_command(
+                where, context, limits, command, cgroup, mark, self._processes,
+                base=base, call_id=call_id,
+            )  # fmt: skip
         except BaseException:
             discard(output, cgroup)
             raise

@@ -24,7 +24,7 @@ from toolpool.errors import ToolpoolError
 from toolpool.images import default_cache_root
 from toolpool.protocol import CallContext, CallStatus
 from toolpool.sandbox.cgroups import WorkerCgroup
-from toolpool.sandbox.limits import Limits, MiB
+from toolpool.sandbox.limits import CgroupLimits, Limits, MiB
 from toolpool.sandbox.policy import Policy
 from toolpool.session_options import DEFAULT_LAYER_BYTES
 
@@ -185,7 +185,7 @@ class Worker:
     started_at: float = field(default_factory=time.monotonic)
     ready_at: float | None = None
     replaces_exit_at: float | None = None  # when the worker it replaces exited
-    cgroup_limits: tuple[int, int] | None = None  # (memory, processes) last written
+    cgroup_limits: CgroupLimits | None = None  # last written to its cgroup
     load_failure: str | None = None  # why it could not load its binding's tools
     netns_failure: str | None = None  # why its session's network namespace was not had
     kind: Kind = field(init=False)
@@ -252,7 +252,7 @@ class CallState(Enum):
 class Call:
     """One call on the pool, from its start to its end. ``frame`` is its ``Execute``,
     encoded once (a call that runs again elsewhere is sent the same bytes);
-    ``cgroup`` the memory and process limits its worker's cgroup must have;
+    ``cgroup`` the limits its worker's cgroup must have (``CgroupLimits``);
     ``holdable``: read-only, so it may be held at a busy worker and run again when a
     worker's death leaves it in doubt.
 
@@ -324,7 +324,7 @@ class Call:
         self.frame = frame
         self.context = context
         self.limits = limits
-        self.cgroup = (limits.memory_bytes, limits.processes)
+        self.cgroup = CgroupLimits.of(limits)
         self.kind = kind  # the worker it needs (offline or not; bound to its tools or not)
         self.holdable = holdable
         self.token = token

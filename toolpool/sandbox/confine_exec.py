@@ -8,10 +8,11 @@ it started it (the pool's background shells start theirs from the daemon, which
 has none of it):
 
 - ``--cgroup``: join the cgroup of that ``cgroup.procs`` file (one per hierarchy);
-- ``--rlimit``: set an rlimit, soft and hard (``CPU``, ``FSIZE``, ``NOFILE``,
-  ``CORE``, ``AS``), or soft ``N`` and a hard limit of its own (``CPU=5:6``: SIGXCPU
-  at 5 s, a death that names the limit, and SIGKILL at 6 s); with ``FSIZE`` SIGXFSZ is
-  ignored, so that an oversized write fails with EFBIG as in a worker;
+- ``--rlimit``: set an rlimit by its name (``RLIMIT_<NAME>``: ``CPU``, ``FSIZE``,
+  ``NOFILE``, …; toolpool.sandbox.limits.rlimits says which and how much), soft and
+  hard, or soft ``N`` and a hard limit of its own (``CPU=5:6``: SIGXCPU at 5 s, a death
+  that names the limit, and SIGKILL at 6 s); with ``FSIZE`` SIGXFSZ is ignored, so
+  that an oversized write fails with EFBIG as in a worker;
 - ``--unshare-net``: a new, empty network namespace.
 
 Then the layers, each applied when asked:
@@ -50,13 +51,6 @@ _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAPABILITY_VERSION_3 = 0x20080522
 _CLONE_NEWNET = 0x40000000
-_RLIMITS = {
-    "CPU": resource.RLIMIT_CPU,
-    "FSIZE": resource.RLIMIT_FSIZE,
-    "NOFILE": resource.RLIMIT_NOFILE,
-    "CORE": resource.RLIMIT_CORE,
-    "AS": resource.RLIMIT_AS,
-}
 
 # LANDLOCK_ACCESS_FS_* bits. EXECUTE, READ_FILE and READ_DIR (bits 0, 2, 3) are
 # handled only when --ro is given (_FS_READ); the rest are writes.
@@ -203,10 +197,10 @@ def _join_cgroup(procs: str) -> None:
 def _set_rlimit(item: str) -> None:
     name, _, value = item.partition("=")
     soft, _, hard = value.partition(":")
-    if name not in _RLIMITS or not soft.isdigit() or not (hard or soft).isdigit():
+    which = getattr(resource, f"RLIMIT_{name}", None) if name.isalpha() else None
+    if not isinstance(which, int) or not soft.isdigit() or not (hard or soft).isdigit():
         sys.stderr.write(f"toolpool sandbox: bad --rlimit {item}\n")
         sys.exit(126)
-    which = _RLIMITS[name]
     cap = resource.getrlimit(which)[1]
     limits = [int(soft), int(hard or soft)]
     if cap != resource.RLIM_INFINITY:
