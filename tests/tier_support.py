@@ -29,6 +29,7 @@ import pytest
 # of them; a pure test among them goes with them.
 SLOW_MODULES = frozenset(
     {
+        "test_anthropic_tools",
         "test_background_in_session",
         "test_background_shell_limits",
         "test_background_shells",
@@ -52,6 +53,7 @@ SLOW_MODULES = frozenset(
         "test_integration_openai_agents",
         "test_integration_pydantic_ai",
         "test_mcp_serve",
+        "test_openai_tools",
         "test_pool",
         "test_pool_holding",
         "test_pool_recovery",
