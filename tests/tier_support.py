@@ -1,7 +1,8 @@
 """The suite's two tiers: which tests are slow, and the guard that keeps the rest fast.
 
 A test is ``slow`` when it starts a real pool, daemon, cluster, sandbox, worker or
-any other process, or needs a fixture that does: every test of ``SLOW_MODULES``,
+any other process, or needs a fixture that does (and a few take seconds on their
+own, a property of many examples or a race): every test of ``SLOW_MODULES``,
 every test that uses a fixture of ``SLOW_FIXTURES`` (directly or through another
 fixture), and the tests named in ``SLOW_TESTS``. The conftest marks them at
 collection; ``-m "not slow"`` runs the rest — the planner, the scheduler, the
@@ -76,9 +77,9 @@ SLOW_MODULES = frozenset(
     }
 )
 
-# Fixtures that start a daemon, a pool, a cluster or a run of the bench: every test
-# that uses one is slow, in whichever module (each name means that wherever it is
-# defined; tests/test_tiers.py checks it).
+# Fixtures, by name, that start a daemon, a pool, a cluster or a run of the bench: a
+# test that uses one is slow, in whichever module defines it. (A fixture that starts a
+# process and is not named here fails the fast test that uses it: the guard.)
 SLOW_FIXTURES = frozenset({"daemon", "pooled", "quick_run", "ray_nodes"})
 
 # The rest, one by one ("module::function", for all its parameters): tests of
