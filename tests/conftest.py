@@ -3,13 +3,21 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+
+from toolpool.sandbox.profile import active_profile
+
+from .tier_support import SLOW_MODULES, FastTier, is_slow
+
+pytest_plugins = ["pytester"]  # tests/test_tiers.py runs the guard in a suite of its own
 
 # The longest TMPDIR under which tests' own directories (pytest-of-USER/pytest-N/
 # popen-gwN/test_…/rt/workers-PID/workers.sock) stay within a Unix socket's 107 bytes.
@@ -24,6 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
     Under a long TMPDIR the tests' directories go to a short one of this checkout's
     (``/tmp/tp-<hash>``, emptied at each run as pytest's ``--basetemp`` is): the
     daemons the tests start make their sockets there."""
+    sys.addaudithook(FAST_TIER.audit)
+    if config.getoption("fast"):
+        chosen = config.option.markexpr
+        config.option.markexpr = f"({chosen}) and not slow" if chosen else "not slow"
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     long_tmp = len(tempfile.gettempdir()) > _SHORT_TMP
     if not worker and config.option.basetemp is None and long_tmp:
@@ -34,6 +46,60 @@ def pytest_configure(config: pytest.Config) -> None:
         mine.mkdir(exist_ok=True)
         os.environ["TMPDIR"] = str(mine)
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+# --- the tiers (tests/tier_support.py) ------------------------------------------------
+
+FAST_TIER = FastTier()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help='the fast tier alone: -m "not slow", without even importing the slow modules',
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("fast") and collection_path.stem in SLOW_MODULES:
+        return True
+    return None  # pytest decides
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # This machine's sandbox, probed once per process with a few confined commands
+    # (bwrap, pasta…): here, before any test, so that it is no test's doing. (The
+    # controller of pytest-xdist runs no test: its workers probe.)
+    if hasattr(session.config, "workerinput") or not session.config.getoption("numprocesses"):
+        active_profile()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, Any, Any]:
+    with FAST_TIER.fixture(fixturedef.baseid, fixturedef.argname):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    with FAST_TIER.watching(item):
+        yield
+    FAST_TIER.check_fixtures(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with FAST_TIER.watching(item):
+        yield
 
 
 # Processes a fixture shared by several tests owns (a module's daemon): their subtrees

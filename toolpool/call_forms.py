@@ -123,12 +123,9 @@ def _escaped(char: str) -> str:
 
 
 def _json_escaped(char: str) -> str:
-    if char in _ESCAPES:
-        return _ESCAPES[char]
-    if char.isprintable():
-        return char
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
+    """As ``_escaped``, but JSON has no ``\\U``: two UTF-16 halves instead."""
+    escaped = _escaped(char)
+    if not escaped.startswith("\\U"):
+        return escaped
+    code = ord(char) - 0x10000
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

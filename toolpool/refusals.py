@@ -37,6 +37,10 @@ class Reason(StrEnum):
 
 # --- F3's code-2 refusal, and the read that lifts it (F14) -----------------------------
 
+# What a note of a file shown in part (a read's window, a cut output) says F3 asks;
+# the Anthropic editor says it with its own tools' names.
+WHOLE_READ_NEEDED = "edit and write need every line shown (reads of parts of it add up)."
+
 
 def unread_reason(details: Mapping[str, Any]) -> str:
     """The reason of a code-2 refusal with these details."""

@@ -73,17 +73,7 @@ class Tree:
 
     def read(self, path: str) -> bytes:
         """A regular file's bytes (OSError for anything else)."""
-        *parents, name = path.split("/")
-        fd = self._directory(parents)
-        if fd is None:
-            raise FileNotFoundError(errno.ENOENT, "no such file", path)
-        try:
-            opened = os.open(name, _FILE, dir_fd=fd)
-        finally:
-            os.close(fd)
-        with open(opened, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file", path)
+        with open(self.open(path), "rb") as file:
             return file.read()
 
     def open(self, path: str) -> int:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool.models import ContentBlock, TextBlock, ToolResult
+from toolpool.refusals import WHOLE_READ_NEEDED
 from toolpool.runtime import private_dir, spill_name
 from toolpool.sandbox.limits import Limits
 from toolpool.spill import spill_text
@@ -179,13 +180,16 @@ def _note(left_out: int, total: int, share: OutputShare, spill: Spill, partly: l
         note += f" Full output: {spill.path} (read it with offset and limit)."
     else:
         note += f" The full output could not be saved: {spill.failure}."
-    if partly:
-        names = ", ".join(partly)
-        note += (
-            f" {names} now count{'s' if len(partly) == 1 else ''} as partly read: edit and "
-            "write need every line of it shown first (reads of parts of it add up)."
-        )
-    return note + "]"
+    return note + partly_read_note(partly) + "]"
+
+
+def partly_read_note(partly: list[str]) -> str:
+    """What a cut note says of the files the cut left partly read (F3 then refuses to
+    change them), or nothing."""
+    if not partly:
+        return ""
+    counts = "counts" if len(partly) == 1 else "count"
+    return f" {', '.join(partly)} now {counts} as partly read: {WHOLE_READ_NEEDED}"
 
 
 def _head_end(text: str, room: int) -> int:

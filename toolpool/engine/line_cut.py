@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolpool.call_forms import quote, read_call
-from toolpool.engine.budget import OutputShare
+from toolpool.engine.budget import OutputShare, partly_read_note
 from toolpool.models import TextBlock, ToolResult
 
 
@@ -133,13 +133,7 @@ def note(line_cut: LineCut, share: OutputShare, partly: list[str]) -> str:
         rest = total - kept_last
         call = read_call(line_cut.profile, line_cut.path, kept_last + 1, rest)
         text += f" {call or f'offset={kept_last + 1}'} shows the rest."
-    if partly:
-        names = ", ".join(partly)
-        text += (
-            f" {names} now count{'s' if len(partly) == 1 else ''} as partly read: edit and "
-            "write need every line shown (reads of parts of it add up)."
-        )
-    return text + "]"
+    return text + partly_read_note(partly) + "]"
 
 
 def _widest_note(whole: LineCut, share: OutputShare) -> int:

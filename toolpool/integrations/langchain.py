@@ -35,7 +35,8 @@ from toolpool.client.toolbox import (  # noqa: E402
     ToolDefinition,
     gate_asks,
 )
-from toolpool.models import ImageBlock, TextBlock, ToolResult  # noqa: E402
+from toolpool.models import ToolResult  # noqa: E402
+from toolpool.providers.langchain import message_content  # noqa: E402
 
 __all__ = ["tool_node", "tools"]
 
@@ -118,12 +119,4 @@ def output(result: ToolResult) -> Any:
     raised as a ToolException (a ToolMessage of status "error")."""
     if result.is_error:
         raise ToolException(result.text)
-    if all(isinstance(block, TextBlock) for block in result.content):
-        return result.text
-    return [
-        {"type": "text", "text": block.text}
-        if isinstance(block, TextBlock)
-        else {"type": "image", "base64": block.data, "mime_type": block.media_type}
-        for block in result.content
-        if isinstance(block, TextBlock | ImageBlock)
-    ]
+    return message_content(result)

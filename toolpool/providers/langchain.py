@@ -70,14 +70,16 @@ def results_to_langchain(results: Iterable[ToolResult]) -> list[JSONObject]:
             "type": "tool",
             "tool_call_id": result.call_id,
             "name": result.tool_name,
-            "content": _content(result),
+            "content": message_content(result),
             "status": "error" if result.is_error else "success",
         }
         for result in results
     ]
 
 
-def _content(result: ToolResult) -> Any:
+def message_content(result: ToolResult) -> Any:
+    """A ``ToolMessage``'s content: the text, or LangChain's standard text and image
+    blocks when the result holds an image."""
     if all(isinstance(block, TextBlock) for block in result.content):
         return result.text
     return [

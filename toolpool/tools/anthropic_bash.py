@@ -25,9 +25,10 @@ from typing import Any, ClassVar
 from toolpool.declared import ANTHROPIC_BASH
 from toolpool.errors import ToolError
 from toolpool.sandbox.limits import Limits
-from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ValidationResult
+from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.bash import DEFAULT_TIMEOUT, layer_note
 from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, run_command, shell_state
+from toolpool.tools.kinds import CommandTool
 from toolpool.tools.paths import display
 
 RESTARTED = "tool has been restarted."  # Anthropic's reference implementation's words
@@ -39,10 +40,11 @@ Anthropic's bash tool (declared to the model as {"type": "bash_20250124", "name"
 clears the shell's state."""
 
 
-class AnthropicBash:
+class AnthropicBash(CommandTool):
     """Not read-only, not concurrency-safe, cancelled by an interrupt, as ``bash``."""
 
     name = ANTHROPIC_BASH
+    label_text = "Bash"
     description = DESCRIPTION
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -53,25 +55,11 @@ class AnthropicBash:
         "additionalProperties": False,
     }
 
-    def fixed_answers(self) -> dict[str, Any]:
-        return {
-            "label": "Bash",
-            "read_only": False,
-            "concurrency_safe": False,
-            "interrupt_behavior": InterruptBehavior.CANCEL,
-        }
-
-    def label(self) -> str:
-        return "Bash"
-
     def activity(self, args: Arguments) -> str:
         command = " ".join(str(args.get("command", ""))[:81].split())
         if not command:
             return "Restarting the shell"
         return f"Running: {command if len(command) <= 80 else command[:79] + '…'}"
-
-    def permissions(self) -> list[str]:
-        return ["exec", "read", "write", "network"]
 
     def call_limits(self, args: Arguments) -> dict[str, Any]:
         return {"wall_seconds": DEFAULT_TIMEOUT + KILL_GRACE + DRAIN_AFTER_EXIT + 5}

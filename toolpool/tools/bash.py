@@ -26,9 +26,10 @@ from typing import Any
 from toolpool.errors import ToolError
 from toolpool.sandbox.layers import DEFAULT_LAYER_BYTES, layer_full
 from toolpool.sandbox.limits import Limits
-from toolpool.tool import Arguments, InterruptBehavior, ToolContext
+from toolpool.tool import Arguments, ToolContext
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS
 from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command
+from toolpool.tools.kinds import CommandTool
 from toolpool.tools.paths import display
 
 DEFAULT_TIMEOUT = 120
@@ -67,8 +68,9 @@ record that edit and write need.
 """
 
 
-class Bash:
+class Bash(CommandTool):
     name = "bash"
+    label_text = "Bash"
     description = DESCRIPTION
     schema: dict[str, Any] = {
         "type": "object",
@@ -94,34 +96,11 @@ class Bash:
         "additionalProperties": False,
     }
 
-    def label(self) -> str:
-        return "Bash"
-
-    def read_only(self, args: Arguments) -> bool:
-        return False  # a command can do anything; the kernel cannot tell ls from rm
-
-    def concurrency_safe(self, args: Arguments) -> bool:
-        return False
-
-    def interrupt_behavior(self, args: Arguments) -> InterruptBehavior:
-        return InterruptBehavior.CANCEL
-
-    def fixed_answers(self) -> dict[str, Any]:
-        return {
-            "label": "Bash",
-            "read_only": False,
-            "concurrency_safe": False,
-            "interrupt_behavior": InterruptBehavior.CANCEL,
-        }
-
     def activity(self, args: Arguments) -> str:
         command = _shown(str(args.get("command", "")))
         if args.get("run_in_background"):
             return f"Starting in the background: {command}"
         return f"Running: {command}"
-
-    def permissions(self) -> list[str]:
-        return ["exec", "read", "write", "network"]
 
     def call_limits(self, args: Arguments) -> dict[str, Any]:
         # The pool's wall-time limit must leave room for our own timeout and clean-up.

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
-from toolpool.tool import Arguments, ToolContext
+from toolpool.tool import Arguments, InterruptBehavior, ToolContext
 from toolpool.tools.paths import Access, resolve
 
 
@@ -34,3 +35,27 @@ class FileWritingTool:
 
     def file_paths(self, args: Arguments, ctx: ToolContext) -> list[Path]:
         return [resolve(args["path"], ctx, Access.WRITE)]
+
+
+class CommandTool:
+    """A tool that runs commands (bash, and the providers' shells as bash runs them): a
+    command can do anything (the kernel cannot tell ls from rm), so it is neither
+    read-only nor safe beside others (S1), an interrupt cancels it, and it asks for
+    every permission a command may use. The same for every call (T2's fixed answers);
+    ``label_text`` is the tool's label."""
+
+    label_text: ClassVar[str]
+
+    def label(self) -> str:
+        return self.label_text
+
+    def permissions(self) -> list[str]:
+        return ["exec", "read", "write", "network"]
+
+    def fixed_answers(self) -> dict[str, Any]:
+        return {
+            "label": self.label_text,
+            "read_only": False,
+            "concurrency_safe": False,
+            "interrupt_behavior": InterruptBehavior.CANCEL,
+        }

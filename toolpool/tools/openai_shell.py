@@ -35,10 +35,11 @@ from typing import Any, ClassVar
 from toolpool.adapter import Adapter
 from toolpool.declared import OPENAI, OPENAI_LOCAL_SHELL, OPENAI_SHELL
 from toolpool.errors import ToolError
-from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ToolOutput
+from toolpool.tool import Arguments, ToolContext, ToolOutput
 from toolpool.tools.bash import DEFAULT_TIMEOUT, MAX_TIMEOUT, layer_note
 from toolpool.tools.command_output import MAX_OUTPUT_CHARS
 from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command
+from toolpool.tools.kinds import CommandTool
 
 MAX_COMMANDS = 64  # commands in one action: each is a process tree of its own
 
@@ -78,11 +79,12 @@ def _timeout(action: Arguments) -> float:
     return DEFAULT_TIMEOUT if given is None else min(given / 1000, MAX_TIMEOUT)
 
 
-class OpenAIShell:
+class OpenAIShell(CommandTool):
     """Not read-only, not concurrency-safe, cancelled by an interrupt: a command, as
     ``bash``'s; its permissions are bash's."""
 
     name = OPENAI_SHELL
+    label_text = "Shell"
     description = SHELL_DESCRIPTION
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -90,17 +92,6 @@ class OpenAIShell:
         "required": ["action"],
         "additionalProperties": False,
     }
-
-    def label(self) -> str:
-        return "Shell"
-
-    def fixed_answers(self) -> dict[str, Any]:
-        return {
-            "label": "Shell",
-            "read_only": False,
-            "concurrency_safe": False,
-            "interrupt_behavior": InterruptBehavior.CANCEL,
-        }
 
     def activity(self, args: Arguments) -> str:
         """The commands on one line, at most 80 characters (read no further: the
@@ -113,9 +104,6 @@ class OpenAIShell:
             if len(shown) > 80:
                 break
         return f"Running: {shown if len(shown) <= 80 else shown[:79] + '…'}"
-
-    def permissions(self) -> list[str]:
-        return ["exec", "read", "write", "network"]
 
     def call_limits(self, args: Arguments) -> dict[str, Any]:
         # The pool's wall-time limit leaves room for the commands' ends and drains.

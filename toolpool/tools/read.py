@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from toolpool.call_forms import quote, read_call
 from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
-from toolpool.refusals import Reason
+from toolpool.refusals import WHOLE_READ_NEEDED, Reason
 from toolpool.tool import Arguments, ToolContext, ToolOutput, image_block
 from toolpool.tools import notebook
 from toolpool.tools.kinds import ReadingTool
@@ -195,7 +195,7 @@ def _file(
         return ToolOutput([TextBlock(numbered)], details)
     note = f"[{window_note(argument, offset, end, total, ctx.tool_profile)}"
     if held.partial:
-        note += " edit and write need every line shown (reads of parts of it add up).]"
+        note += f" {WHOLE_READ_NEEDED}]"
     else:
         note += " With the reads before it, every line was shown: edit and write may change it.]"
     return ToolOutput([TextBlock(f"{numbered}\n\n{note}")], details)
