@@ -87,6 +87,10 @@ SLOW_FIXTURES = frozenset({"daemon", "pooled", "quick_run", "ray_nodes"})
 # seconds on their own (a property of many examples, a race run on purpose).
 SLOW_TESTS = frozenset(
     {
+        "test_limits_kernel::test_X13_a_shell_of_its_own_gets_the_mapping_through_the_exec_wrapper",
+        "test_limits_kernel::test_X13_a_shell_in_its_sessions_sandbox_gets_the_mapping_never_above_a_hard_limit",
+        "test_limits_kernel::test_X13_a_worker_sets_its_own_once_and_each_calls_soft_limits_per_call",
+        "test_limits_kernel::test_X13_the_exec_wrapper_refuses_an_rlimit_it_does_not_know",
         "test_arguments_fast_path::test_P5_the_fast_path_never_changes_a_verdict",
         "test_arguments_fast_path::test_P5_random_schemas_get_the_verdicts_jsonschema_gives",
         "test_confinement_paths::test_a_swapper_cannot_lead_read_write_edit_or_ls_outside",
