@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool import ToolCall
-from toolpool.tools.ripgrep import RIPGREP_DEFAULTS, ripgrep_executable
+from toolpool.tools.support.ripgrep import RIPGREP_DEFAULTS, ripgrep_executable
 
 MAX_LINES = 2000
 MAX_LINE_CHARS = 2000

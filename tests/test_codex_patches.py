@@ -22,7 +22,7 @@ from toolpool import ErrorCode, ToolCall, UpdateKind, tools_in_module
 from toolpool.engine import Coordinator, GateDecision
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.tools import TOOLS
-from toolpool.tools.stamps import CODE_NOT_READ
+from toolpool.tools.support.stamps import CODE_NOT_READ
 
 from .support import EventLog, RecordingGate
 

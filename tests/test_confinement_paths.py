@@ -26,8 +26,8 @@ from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
 from toolpool.tools import FILE_TOOLS, read_tool, write_tool
 from toolpool.tools.bash import bash
-from toolpool.tools.paths import Access, open_beneath, open_path, resolve
-from toolpool.tools.ripgrep import run_ripgrep
+from toolpool.tools.support.paths import Access, open_beneath, open_path, resolve
+from toolpool.tools.support.ripgrep import run_ripgrep
 
 from .tool_support import read_whole, text, tool_context
 

@@ -35,7 +35,7 @@ from toolpool.tool import (
     ReadOnlyTool,
     Validator,
 )
-from toolpool.tools.stamps import register_verdict
+from toolpool.tools.support.stamps import register_verdict
 
 from .support import EventLog, Minimal, Picture, Probe, RecordingGate, run_one
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from toolpool.preflight import cut_note
 from toolpool.sandbox.limits import Limits
-from toolpool.tools import diff, diff_regions
-from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
-from toolpool.tools.edit import plan_edit
-from toolpool.tools.text import TextDocument
+from toolpool.tools.support import diff, diff_regions
+from toolpool.tools.support.diff import MAX_DIFF_CHARS, unified_diff
+from toolpool.tools.support.edit_plan import plan_edit
+from toolpool.tools.support.text import TextDocument
 
 # -- the oracle: the preview before windows -------------------------------------------
 
@@ -41,7 +41,7 @@ def _lines(text: str) -> list[str]:
 
 
 def difflib_diff(old: str, new: str, name: str, *, created: bool = False) -> str:
-    """toolpool/tools/diff.py's unified_diff as it was: difflib over the whole file."""
+    """toolpool/tools/support/diff.py's unified_diff as it was: difflib over the whole file."""
     out: list[str] = []
     size = 0
     for line in difflib.unified_diff(

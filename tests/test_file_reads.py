@@ -9,7 +9,7 @@ import pytest
 
 from toolpool import FileReadRegister, FileReadStamp
 from toolpool.file_reads import Freshness
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE, register_verdict
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE, register_verdict
 
 
 def read_into(register: FileReadRegister, path: Path, *, partial: bool = False) -> None:

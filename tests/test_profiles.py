@@ -39,8 +39,8 @@ from toolpool.tools import (
     PROFILE_TOOLS,
     apply_patch_tool,
     bash,
-    stamps,
 )
+from toolpool.tools.support import stamps
 
 from .daemon_support import Daemon, shared_daemon
 from .tool_support import read_whole, text, tool_context

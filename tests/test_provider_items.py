@@ -28,8 +28,8 @@ from toolpool.providers import (
 from toolpool.registry import ToolRegistry
 from toolpool.session_options import SessionOptions
 from toolpool.tools import PROVIDER_TOOLS, TOOLS, apply_patch_tool
-from toolpool.tools.edit_history import MAX_VERSION_BYTES, MAX_VERSIONS, EditHistory
 from toolpool.tools.openai_patch import OpenAIApplyPatch, operation_problem, patch_of
+from toolpool.tools.support.edit_history import MAX_VERSION_BYTES, MAX_VERSIONS, EditHistory
 
 from .tool_support import tool_context
 

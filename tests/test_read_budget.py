@@ -22,7 +22,7 @@ from toolpool.engine.budget import DEFAULT_TURN_OUTPUT_CHARS, OutputShare
 from toolpool.engine.line_cut import cut, plan
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.tools import TOOLS
-from toolpool.tools.stamps import CODE_NOT_READ
+from toolpool.tools.support.stamps import CODE_NOT_READ
 
 pytestmark = pytest.mark.spec("L4")
 

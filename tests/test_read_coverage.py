@@ -18,7 +18,7 @@ from toolpool.engine import Coordinator
 from toolpool.file_reads import RecordingRegister, apply_changes, content_hash
 from toolpool.read_coverage import MAX_PARTS, Part, covers, missing, narrowed
 from toolpool.tools import TOOLS, edit_tool, read_tool
-from toolpool.tools.stamps import CODE_NOT_READ
+from toolpool.tools.support.stamps import CODE_NOT_READ
 
 from .tool_support import text, tool_context
 

@@ -18,7 +18,7 @@ from toolpool.profiles.claude_code_refusals import NOT_READ, refusal
 from toolpool.read_coverage import Part
 from toolpool.refusals import not_read_message, unread_reason
 from toolpool.tools import TOOLS
-from toolpool.tools.stamps import CODE_NOT_READ, unread_details
+from toolpool.tools.support.stamps import CODE_NOT_READ, unread_details
 
 pytestmark = pytest.mark.spec("F14")
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.tool_support import tool_context
 from toolpool.engine.budget import write_spill
 from toolpool.spill import SpillFile, pump, truncation_note, utf8_boundary
-from toolpool.tools.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
+from toolpool.tools.support.command_output import MAX_OUTPUT_CHARS, CommandOutput, read_output
 
 NOTE = "\n[output truncated at {} bytes: spill_bytes]\n"
 

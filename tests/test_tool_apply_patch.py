@@ -23,10 +23,10 @@ from toolpool import ToolError
 from toolpool.file_reads import content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
-from toolpool.tools import patch_commit
 from toolpool.tools.apply_patch import apply_patch_tool
-from toolpool.tools.patch_grammar import PatchSyntaxError, parse_patch
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
+from toolpool.tools.support import patch_commit
+from toolpool.tools.support.patch_grammar import PatchSyntaxError, parse_patch
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE
 
 from .tool_support import read_whole, tool_context
 

@@ -19,7 +19,7 @@ from toolpool.engine import Coordinator, Session
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.tool import InterruptBehavior
 from toolpool.tools.bash import MAX_OUTPUT_CHARS, bash
-from toolpool.tools.bash_runs import _kill_unstarted
+from toolpool.tools.support.bash_runs import _kill_unstarted
 
 from .support import EventLog, until
 

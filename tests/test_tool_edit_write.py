@@ -17,9 +17,10 @@ from toolpool.client import ApprovalRequested
 from toolpool.file_reads import Freshness, content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
-from toolpool.tools import edit_tool, read_copies, read_tool, write_tool
-from toolpool.tools.stale import MAX_DIFF_CHARS, MAX_DIFF_LINES
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
+from toolpool.tools import edit_tool, read_tool, write_tool
+from toolpool.tools.support import read_copies
+from toolpool.tools.support.stale import MAX_DIFF_CHARS, MAX_DIFF_LINES
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE
 
 from .daemon_support import running_daemon
 from .tool_support import read_whole, tool_context

@@ -15,7 +15,7 @@ from toolpool import Cancelled, CancelSource, ToolError
 from toolpool.cancel import CancelToken
 from toolpool.registry import ToolSpec
 from toolpool.tools import GlobTool, GrepTool, glob_tool, grep_tool
-from toolpool.tools.ripgrep import run_ripgrep
+from toolpool.tools.support.ripgrep import run_ripgrep
 
 from .tool_support import copy_stdlib, raw_rg, tool_context
 

@@ -17,7 +17,7 @@ from toolpool.file_reads import content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tool import ToolContext
 from toolpool.tools.multi_edit import multi_edit_tool
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE
 
 from .tool_support import read_whole, tool_context
 

@@ -18,7 +18,7 @@ from nbformat import v4
 from toolpool import Client, ImageBlock, TextBlock, ToolCall, ToolError
 from toolpool.tool import ToolContext, ToolOutput
 from toolpool.tools import notebook_edit_tool, read_tool
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE
 
 from .daemon_support import Daemon, running_daemon
 from .support import PNG_1X1

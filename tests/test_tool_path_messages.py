@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from toolpool import FileReadRegister, ToolContext, ToolError
 from toolpool.cancel import CancelToken
 from toolpool.tools import bash, edit_tool, glob_tool, grep_tool, ls_tool, read_tool, write_tool
-from toolpool.tools.paths import display_in, quote
+from toolpool.tools.support.paths import display_in, quote
 
 from .tool_support import read_whole, text, tool_context
 

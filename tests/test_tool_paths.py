@@ -10,7 +10,7 @@ import pytest
 
 from toolpool import ToolError
 from toolpool.tools import FILE_TOOLS, write_tool
-from toolpool.tools.paths import Access, display, resolve
+from toolpool.tools.support.paths import Access, display, resolve
 
 from .tool_support import read_whole, text, tool_context
 

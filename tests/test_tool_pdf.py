@@ -10,7 +10,8 @@ import pytest
 from pypdf import PdfReader, PdfWriter
 
 from toolpool import ToolError
-from toolpool.tools import pdf, read_tool
+from toolpool.tools import read_tool
+from toolpool.tools.support import pdf
 
 from .tool_support import text, tool_context
 

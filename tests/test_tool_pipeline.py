@@ -11,7 +11,7 @@ import pytest
 from toolpool import ErrorCode, ImageBlock, TextBlock, ToolCall, ToolMessage, ToolResult, UpdateKind
 from toolpool.engine import Coordinator, ExecutionRequest, Next
 from toolpool.tools import FILE_TOOLS
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE
 
 from .support import PNG_1X1, EventLog, RecordingGate
 from .tool_support import copy_stdlib

@@ -15,8 +15,8 @@ from toolpool.file_reads import content_hash
 from toolpool.registry import ToolSpec
 from toolpool.tools import read as read_module
 from toolpool.tools import read_tool
-from toolpool.tools.paths import Resolved
-from toolpool.tools.stamps import Snapshot
+from toolpool.tools.support.paths import Resolved
+from toolpool.tools.support.stamps import Snapshot
 
 from .support import PNG_1X1
 from .tool_support import text, tool_context

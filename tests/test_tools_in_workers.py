@@ -11,7 +11,7 @@ import pytest
 from toolpool import ErrorCode, ToolCall, tools_in_module
 from toolpool.engine import Coordinator
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
-from toolpool.tools.stamps import CODE_NOT_READ, CODE_STALE
+from toolpool.tools.support.stamps import CODE_NOT_READ, CODE_STALE
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from toolpool.engine.budget import (
 from toolpool.pool import PoolConfig, PoolExecutor, WorkerPool
 from toolpool.session_options import SessionOptions
 from toolpool.tools import FILE_TOOLS
-from toolpool.tools.stamps import CODE_NOT_READ
+from toolpool.tools.support.stamps import CODE_NOT_READ
 
 from .support import PNG_1X1, EventLog, ticks
 

@@ -24,7 +24,7 @@ import multiprocess
 from bench.common import daemon, summary
 from bench.tools import noop, sleep_ms, spin_ms
 from toolpool import Client, ToolCall
-from toolpool.tools.ripgrep import RIPGREP_DEFAULTS, ripgrep_executable
+from toolpool.tools.support.ripgrep import RIPGREP_DEFAULTS, ripgrep_executable
 
 NAME = "peers"
 WORKERS = 2

@@ -43,7 +43,7 @@ from toolpool.sandbox.terminate import (
     Together,
     environment_marks,
 )
-from toolpool.tools.shell_state import SavedShell
+from toolpool.tools.support.shell_state import SavedShell
 
 SHELL_MARK = "TOOLPOOL_SHELL"  # in every shell's environment: "<daemon pid>:<shell id>"
 READY_TIMEOUT = 10.0  # seconds a sandbox has to start its command (after the network's)

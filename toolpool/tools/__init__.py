@@ -4,9 +4,12 @@ over them (OpenAI's apply_patch, shell and local_shell, Anthropic's bash and tex
 editor: F15–F18, ``toolpool.declared``).
 
 Every one resolves paths against the session's workspace and refuses paths outside
-it and its extra roots (``paths.py``). read, edit and write share the session's
+it and its extra roots (``support/paths.py``). read, edit and write share the session's
 file-read register: edit and write change only files read whole and unchanged since
 (F2, F3), and renew the stamp after writing (F5). ``docs/tools.md`` describes them.
+
+Each module here is a tool (or a tool family: ``shells`` has bash_output and
+kill_shell); what they share, and none of them is, is in ``toolpool.tools.support``.
 """
 
 import importlib

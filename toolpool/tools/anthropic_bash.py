@@ -27,9 +27,14 @@ from toolpool.errors import ToolError
 from toolpool.sandbox.limits import Limits
 from toolpool.tool import Arguments, ToolContext, ValidationResult
 from toolpool.tools.bash import DEFAULT_TIMEOUT, layer_note
-from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, run_command, shell_state
-from toolpool.tools.kinds import CommandTool
-from toolpool.tools.paths import display
+from toolpool.tools.support.command_run import (
+    DRAIN_AFTER_EXIT,
+    KILL_GRACE,
+    run_command,
+    shell_state,
+)
+from toolpool.tools.support.kinds import CommandTool
+from toolpool.tools.support.paths import display
 
 RESTARTED = "tool has been restarted."  # Anthropic's reference implementation's words
 NO_COMMAND = "Error: no command provided. Give a command, or restart: true."

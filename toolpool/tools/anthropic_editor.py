@@ -40,11 +40,12 @@ from toolpool.errors import ToolError
 from toolpool.models import TextBlock
 from toolpool.refusals import Reason
 from toolpool.tool import Arguments, ToolContext, ToolOutput, ValidationResult
-from toolpool.tools.diff import unified_diff
-from toolpool.tools.edit import max_file_bytes, planned
-from toolpool.tools.edit import validate_target as validate_existing
-from toolpool.tools.edit_history import EditHistory
-from toolpool.tools.editor_changes import (
+from toolpool.tools.read import ReadTool
+from toolpool.tools.support.diff import unified_diff
+from toolpool.tools.support.edit_history import EditHistory
+from toolpool.tools.support.edit_plan import max_file_bytes, planned
+from toolpool.tools.support.edit_plan import validate_target as validate_existing
+from toolpool.tools.support.editor_changes import (
     EDITOR,
     EXISTS,
     NO_HISTORY,
@@ -55,10 +56,9 @@ from toolpool.tools.editor_changes import (
     restoration,
     scratch,
 )
-from toolpool.tools.paths import Access, display, open_path, resolve
-from toolpool.tools.read import ReadTool
-from toolpool.tools.suggest import missing_file_message
-from toolpool.tools.tree import list_tree
+from toolpool.tools.support.paths import Access, display, open_path, resolve
+from toolpool.tools.support.suggest import missing_file_message
+from toolpool.tools.support.tree import list_tree
 
 MAX_DIRECTORY_ENTRIES = 1000
 

@@ -24,16 +24,16 @@ from typing import Any, ClassVar
 from toolpool.errors import ToolError
 from toolpool.preflight import cut_note
 from toolpool.tool import Arguments, Preview, ToolContext, ValidationResult
-from toolpool.tools.diff import MAX_DIFF_CHARS, unified_diff
-from toolpool.tools.patch_commit import commit
-from toolpool.tools.patch_grammar import (
+from toolpool.tools.support.diff import MAX_DIFF_CHARS, unified_diff
+from toolpool.tools.support.patch_commit import commit
+from toolpool.tools.support.patch_grammar import (
     PatchSyntaxError,
     UpdateFile,
     parse_patch,
 )
-from toolpool.tools.patch_plan import PatchedFile, PatchPlan
-from toolpool.tools.paths import Access, open_path
-from toolpool.tools.stamps import (
+from toolpool.tools.support.patch_plan import PatchedFile, PatchPlan
+from toolpool.tools.support.paths import Access, open_path
+from toolpool.tools.support.stamps import (
     Snapshot,
     record,
 )

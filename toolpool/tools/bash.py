@@ -27,10 +27,10 @@ from toolpool.errors import ToolError
 from toolpool.sandbox.layers import DEFAULT_LAYER_BYTES, layer_full
 from toolpool.sandbox.limits import Limits
 from toolpool.tool import Arguments, ToolContext
-from toolpool.tools.command_output import MAX_OUTPUT_CHARS
-from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command
-from toolpool.tools.kinds import CommandTool
-from toolpool.tools.paths import display
+from toolpool.tools.support.command_output import MAX_OUTPUT_CHARS
+from toolpool.tools.support.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command
+from toolpool.tools.support.kinds import CommandTool
+from toolpool.tools.support.paths import display
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
-from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import (
+from toolpool.tools.support.kinds import ReadingTool
+from toolpool.tools.support.paths import (
     Access,
     Resolved,
     display,
@@ -19,8 +19,8 @@ from toolpool.tools.paths import (
     real_workspace,
     stat_beneath,
 )
-from toolpool.tools.ripgrep import run_ripgrep
-from toolpool.tools.suggest import missing_file
+from toolpool.tools.support.ripgrep import run_ripgrep
+from toolpool.tools.support.suggest import missing_file
 
 DEFAULT_MAX_RESULTS = 100
 

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
-from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import (
+from toolpool.tools.support.kinds import ReadingTool
+from toolpool.tools.support.paths import (
     Access,
     display,
     display_in,
@@ -21,9 +21,9 @@ from toolpool.tools.paths import (
     real_workspace,
     stat_beneath,
 )
-from toolpool.tools.ripgrep import RipgrepExit, run_ripgrep
-from toolpool.tools.suggest import missing_file
-from toolpool.tools.text import cut_line
+from toolpool.tools.support.ripgrep import RipgrepExit, run_ripgrep
+from toolpool.tools.support.suggest import missing_file
+from toolpool.tools.support.text import cut_line
 
 # About 8,000 tokens: enough for a useful answer, small enough to leave room to think.
 DEFAULT_MAX_OUTPUT_CHARS = 30_000

@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
-from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, display, open_path
-from toolpool.tools.suggest import missing_file
-from toolpool.tools.tree import list_tree
+from toolpool.tools.support.kinds import ReadingTool
+from toolpool.tools.support.paths import Access, display, open_path
+from toolpool.tools.support.suggest import missing_file
+from toolpool.tools.support.tree import list_tree
 
 DEFAULT_MAX_ENTRIES = 1000
 

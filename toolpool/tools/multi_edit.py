@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
-from toolpool.tools.diff import unified_diff
-from toolpool.tools.edit import (
+from toolpool.tools.edit import EditTool
+from toolpool.tools.support.diff import unified_diff
+from toolpool.tools.support.edit_plan import (
     EditPlan,
-    EditTool,
     Planner,
     argument_problem,
     max_file_bytes,
@@ -26,7 +26,7 @@ from toolpool.tools.edit import (
     validate_target,
     write_planned,
 )
-from toolpool.tools.kinds import FileWritingTool
+from toolpool.tools.support.kinds import FileWritingTool
 
 DESCRIPTION = """\
 Make several exact text replacements in one existing file in one call: edits is a \

@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
-from toolpool.tools.diff import unified_diff
-from toolpool.tools.edit import planned, validate_target, write_planned
-from toolpool.tools.kinds import FileWritingTool
-from toolpool.tools.notebook import (
+from toolpool.tools.support.diff import unified_diff
+from toolpool.tools.support.edit_plan import planned, validate_target, write_planned
+from toolpool.tools.support.kinds import FileWritingTool
+from toolpool.tools.support.notebook import (
     CELL_TYPES,
     EDIT_MODES,
     arguments_problem,

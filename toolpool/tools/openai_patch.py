@@ -33,7 +33,7 @@ from toolpool.adapter import Adapter, Refusal
 from toolpool.declared import OPENAI, OPENAI_APPLY_PATCH
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
-from toolpool.tools.patch_grammar import (
+from toolpool.tools.support.patch_grammar import (
     ADD,
     BEGIN,
     DELETE,
@@ -45,7 +45,7 @@ from toolpool.tools.patch_grammar import (
     UpdateFile,
     parse_patch,
 )
-from toolpool.tools.paths import Access, resolve
+from toolpool.tools.support.paths import Access, resolve
 
 DESCRIPTION = """\
 OpenAI's apply_patch tool (declared to the model as {"type": "apply_patch"}): \

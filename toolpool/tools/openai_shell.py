@@ -37,9 +37,9 @@ from toolpool.declared import OPENAI, OPENAI_LOCAL_SHELL, OPENAI_SHELL
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ToolOutput
 from toolpool.tools.bash import DEFAULT_TIMEOUT, MAX_TIMEOUT, layer_note
-from toolpool.tools.command_output import MAX_OUTPUT_CHARS
-from toolpool.tools.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command
-from toolpool.tools.kinds import CommandTool
+from toolpool.tools.support.command_output import MAX_OUTPUT_CHARS
+from toolpool.tools.support.command_run import DRAIN_AFTER_EXIT, KILL_GRACE, Finished, run_command
+from toolpool.tools.support.kinds import CommandTool
 
 MAX_COMMANDS = 64  # commands in one action: each is a process tree of its own
 

@@ -15,16 +15,16 @@ from toolpool.errors import ToolError
 from toolpool.models import ContentBlock, TextBlock
 from toolpool.refusals import WHOLE_READ_NEEDED, Reason
 from toolpool.tool import Arguments, ToolContext, ToolOutput, image_block
-from toolpool.tools import notebook
-from toolpool.tools.kinds import ReadingTool
-from toolpool.tools.paths import Access, Resolved, argument_path, open_path, resolve
-from toolpool.tools.pdf import is_pdf, pdf_text
-from toolpool.tools.stamps import Snapshot, record
-from toolpool.tools.stamps import check_regular as check_regular  # re-exported
-from toolpool.tools.stamps import read_snapshot as read_snapshot
-from toolpool.tools.suggest import missing_file
-from toolpool.tools.text import MAX_LINE_CHARS, cut_line, split_lines
-from toolpool.tools.tree import list_tree
+from toolpool.tools.support import notebook
+from toolpool.tools.support.kinds import ReadingTool
+from toolpool.tools.support.paths import Access, Resolved, argument_path, open_path, resolve
+from toolpool.tools.support.pdf import is_pdf, pdf_text
+from toolpool.tools.support.stamps import Snapshot, record
+from toolpool.tools.support.stamps import check_regular as check_regular  # re-exported
+from toolpool.tools.support.stamps import read_snapshot as read_snapshot
+from toolpool.tools.support.suggest import missing_file
+from toolpool.tools.support.text import MAX_LINE_CHARS, cut_line, split_lines
+from toolpool.tools.support.tree import list_tree
 
 DEFAULT_LIMIT = 2000
 # The whole file is read to hash it (F2), whatever part is shown.

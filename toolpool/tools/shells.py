@@ -20,9 +20,9 @@ from typing import Any
 from toolpool.background import BackgroundShells, ShellInfo
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext, ValidationResult
-from toolpool.tools.command_output import MAX_OUTPUT_CHARS
-from toolpool.tools.head_tail import HeadAndTail
-from toolpool.tools.paths import display
+from toolpool.tools.support.command_output import MAX_OUTPUT_CHARS
+from toolpool.tools.support.head_tail import HeadAndTail
+from toolpool.tools.support.paths import display
 
 _CHUNK = 1 << 20
 

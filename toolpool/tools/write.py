@@ -8,18 +8,18 @@ from typing import Any, ClassVar
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext, ValidationResult
-from toolpool.tools.atomic import write_atomic_at
-from toolpool.tools.diff import unified_diff
-from toolpool.tools.kinds import FileWritingTool
-from toolpool.tools.paths import Access, Resolved, display, open_path, os_reason
-from toolpool.tools.read import read_snapshot
-from toolpool.tools.stamps import (
+from toolpool.tools.support.atomic import write_atomic_at
+from toolpool.tools.support.diff import unified_diff
+from toolpool.tools.support.kinds import FileWritingTool
+from toolpool.tools.support.paths import Access, Resolved, display, open_path, os_reason
+from toolpool.tools.support.stamps import (
     Snapshot,
     check_before_write,
     ensure_unchanged_since_read,
+    read_snapshot,
     record,
 )
-from toolpool.tools.text import split_lines
+from toolpool.tools.support.text import split_lines
 
 DESCRIPTION = """\
 Write a file: create it, or replace its whole content. Parent directories are \

@@ -4,7 +4,7 @@ which, fixes its next call instead of guessing."""
 
 from __future__ import annotations
 
-from toolpool.tools.text import line_of
+from toolpool.tools.support.text import line_of
 
 # At most this many lines of the file are quoted back.
 _MAX_QUOTED_LINES = 20

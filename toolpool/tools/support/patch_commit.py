@@ -15,8 +15,8 @@ import secrets
 from collections.abc import Callable
 
 from toolpool.errors import ToolError
-from toolpool.tools.atomic import write_atomic_at
-from toolpool.tools.patch_plan import PatchedFile
+from toolpool.tools.support.atomic import write_atomic_at
+from toolpool.tools.support.patch_plan import PatchedFile
 
 
 def commit(changes: list[PatchedFile]) -> None:

@@ -29,9 +29,9 @@ from toolpool.file_reads import FileReadRegister, FileReadStamp, Freshness, cont
 from toolpool.read_coverage import Part
 from toolpool.refusals import Reason, not_read_message, unread_reason
 from toolpool.tool import ToolContext, ValidationResult
-from toolpool.tools import read_copies
-from toolpool.tools.paths import Resolved, argument_path, display
-from toolpool.tools.stale import WhatChanged, what_changed
+from toolpool.tools.support import read_copies
+from toolpool.tools.support.paths import Resolved, argument_path, display
+from toolpool.tools.support.stale import WhatChanged, what_changed
 
 # F3's refusal codes (docs/spec.md): 2 never (or only partly) read, 3 changed since.
 CODE_NOT_READ = 2

@@ -43,7 +43,7 @@ from toolpool.sandbox.layer_namespace import entering
 from toolpool.sandbox.policy import active_policy
 from toolpool.sandbox.profile import active_profile
 from toolpool.tool import ToolContext
-from toolpool.tools.paths import Access, allowed_roots, root_views
+from toolpool.tools.support.paths import Access, allowed_roots, root_views
 
 RIPGREP_DEFAULTS = (
     "--no-config",

@@ -14,8 +14,8 @@ from pathlib import Path
 from toolpool.errors import ToolError
 from toolpool.refusals import Reason
 from toolpool.tool import ToolContext
-from toolpool.tools.paths import Access, allowed_roots, display, open_beneath, open_path
-from toolpool.tools.tree import HiddenFilter, skipped_at
+from toolpool.tools.support.paths import Access, allowed_roots, display, open_beneath, open_path
+from toolpool.tools.support.tree import HiddenFilter, skipped_at
 
 # The search for the same name elsewhere stops after this many directory entries, so
 # a wrong path in a huge tree costs milliseconds, not seconds.

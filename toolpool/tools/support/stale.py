@@ -23,9 +23,9 @@ import codecs
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolpool.tools import read_copies
-from toolpool.tools.diff import unified_diff
-from toolpool.tools.text import split_lines
+from toolpool.tools.support import read_copies
+from toolpool.tools.support.diff import unified_diff
+from toolpool.tools.support.text import split_lines
 
 MAX_DIFF_LINES = 60
 MAX_DIFF_CHARS = 4000
@@ -47,7 +47,7 @@ def as_read(path: Path, data: bytes) -> tuple[str, bool] | None:
     read numbers its lines (a notebook's cells it does not); None when read shows no
     text of it (a binary file)."""
     if path.suffix == ".ipynb":
-        from toolpool.tools.notebook import notebook_text  # nbformat: only when needed
+        from toolpool.tools.support.notebook import notebook_text  # nbformat: only when needed
 
         cells = notebook_text(data)
         if cells is not None:

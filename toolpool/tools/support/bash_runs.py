@@ -44,8 +44,8 @@ from toolpool.sandbox.spawn import SpawnedCommand, SpawnError, current_rlimits, 
 from toolpool.sandbox.spawn import spawn as spawn_in
 from toolpool.sandbox.terminate import ProcessGroup, ProcessSet, ProcessTree, Together, terminate
 from toolpool.tool import ToolContext
-from toolpool.tools.paths import root_views
-from toolpool.tools.shell_state import CommandShell
+from toolpool.tools.support.paths import root_views
+from toolpool.tools.support.shell_state import CommandShell
 
 DRAIN_AFTER_EXIT = 1.0  # seconds to read what a sandbox that failed wrote
 READY_SECONDS = 10.0  # a session sandbox starting its command (the helper is there)

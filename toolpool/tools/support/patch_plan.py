@@ -41,25 +41,25 @@ from toolpool.errors import ToolError
 from toolpool.file_reads import Freshness, content_hash
 from toolpool.refusals import Reason, read_first, unread_part, unread_reason
 from toolpool.tool import ToolContext
-from toolpool.tools.patch_grammar import (
+from toolpool.tools.support.patch_grammar import (
     AddFile,
     DeleteFile,
     Operation,
     UpdateFile,
     operation_name,
 )
-from toolpool.tools.patch_match import apply_hunks
-from toolpool.tools.paths import Access, Resolved, argument_path, display, open_path
-from toolpool.tools.read import read_snapshot
-from toolpool.tools.stamps import (
+from toolpool.tools.support.patch_match import apply_hunks
+from toolpool.tools.support.paths import Access, Resolved, argument_path, display, open_path
+from toolpool.tools.support.stamps import (
     CODE_NOT_READ,
     CODE_STALE,
     Snapshot,
     ensure_unchanged_since_read,
+    read_snapshot,
     unread_details,
 )
-from toolpool.tools.suggest import missing_file
-from toolpool.tools.text import TextDocument
+from toolpool.tools.support.suggest import missing_file
+from toolpool.tools.support.text import TextDocument
 
 
 @dataclass(eq=False, slots=True)

@@ -16,19 +16,19 @@ from pathlib import Path
 
 from toolpool.errors import ToolError
 from toolpool.tool import Arguments, ToolContext
-from toolpool.tools.atomic import write_atomic_at
-from toolpool.tools.edit import (
+from toolpool.tools.support.atomic import write_atomic_at
+from toolpool.tools.support.edit_history import EditHistory
+from toolpool.tools.support.edit_plan import (
     EditPlan,
     Planned,
     max_file_bytes,
     plan_edit,
     write_planned,
 )
-from toolpool.tools.edit_history import EditHistory
-from toolpool.tools.near_miss import not_found_message
-from toolpool.tools.paths import Access, display, open_path, resolve
-from toolpool.tools.stamps import Snapshot, record
-from toolpool.tools.text import TextDocument, line_of, split_lines
+from toolpool.tools.support.near_miss import not_found_message
+from toolpool.tools.support.paths import Access, display, open_path, resolve
+from toolpool.tools.support.stamps import Snapshot, record
+from toolpool.tools.support.text import TextDocument, line_of, split_lines
 
 EDITOR = "str_replace_based_edit_tool"  # the name its model calls it by
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from toolpool.cancel import Cancelled, CancelSource
 from toolpool.sandbox.policy import active_policy
 from toolpool.tool import ToolContext
-from toolpool.tools.ignores import DEFAULT_IGNORED_DIRS
-from toolpool.tools.paths import Resolved, open_beneath, quote
+from toolpool.tools.support.ignores import DEFAULT_IGNORED_DIRS
+from toolpool.tools.support.paths import Resolved, open_beneath, quote
 
 
 @dataclass(slots=True)

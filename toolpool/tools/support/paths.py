@@ -54,15 +54,19 @@ from toolpool.errors import ToolError
 from toolpool.refusals import Reason
 from toolpool.sandbox.policy import active_policy
 from toolpool.tool import ToolContext
-from toolpool.tools.fdwalk import open_beneath as open_beneath  # re-exported: tools import it here
-from toolpool.tools.fdwalk import stat_beneath as stat_beneath
-from toolpool.tools.path_names import argument_path as argument_path
-from toolpool.tools.path_names import display as display
-from toolpool.tools.path_names import display_in as display_in
-from toolpool.tools.path_names import display_spelling as display_spelling
-from toolpool.tools.path_names import real_workspace as real_workspace
-from toolpool.tools.path_walk import Escape, TooManyLinks, Walk, under
-from toolpool.tools.path_walk import Resolved as Resolved  # re-exported: tools import it here
+from toolpool.tools.support.fdwalk import (
+    open_beneath as open_beneath,  # re-exported: tools import it here
+)
+from toolpool.tools.support.fdwalk import stat_beneath as stat_beneath
+from toolpool.tools.support.path_names import argument_path as argument_path
+from toolpool.tools.support.path_names import display as display
+from toolpool.tools.support.path_names import display_in as display_in
+from toolpool.tools.support.path_names import display_spelling as display_spelling
+from toolpool.tools.support.path_names import real_workspace as real_workspace
+from toolpool.tools.support.path_walk import Escape, TooManyLinks, Walk, under
+from toolpool.tools.support.path_walk import (
+    Resolved as Resolved,  # re-exported: tools import it here
+)
 
 
 def os_reason(exc: OSError) -> str:

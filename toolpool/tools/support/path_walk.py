@@ -14,8 +14,8 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from toolpool.errors import ToolError
-from toolpool.tools.fdwalk import STEP_FLAGS
-from toolpool.tools.path_names import display_in
+from toolpool.tools.support.fdwalk import STEP_FLAGS
+from toolpool.tools.support.path_names import display_in
 
 _MAX_SYMLINKS = 40
 _ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC

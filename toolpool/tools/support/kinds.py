@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from toolpool.tool import Arguments, InterruptBehavior, ToolContext
-from toolpool.tools.paths import Access, resolve
+from toolpool.tools.support.paths import Access, resolve
 
 
 class ReadingTool:

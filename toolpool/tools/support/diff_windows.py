@@ -45,7 +45,7 @@ import bisect
 from collections import Counter
 from collections.abc import Sequence
 
-from toolpool.tools.diff_regions import (
+from toolpool.tools.support.diff_regions import (
     CONTEXT,
     Block,
     LineMatch,

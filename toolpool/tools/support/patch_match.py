@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from toolpool.errors import ToolError
-from toolpool.tools.near_miss import whitespace_match
-from toolpool.tools.patch_grammar import (
+from toolpool.tools.support.near_miss import whitespace_match
+from toolpool.tools.support.patch_grammar import (
     Hunk,
 )
-from toolpool.tools.text import cut_line
+from toolpool.tools.support.text import cut_line
 
 # Typographic characters Codex's matching treats as their ASCII forms (its last pass).
 _PUNCTUATION = str.maketrans(

@@ -15,8 +15,8 @@ import difflib
 from collections.abc import Iterable, Iterator
 
 from toolpool.preflight import PREVIEW_CHARS, cut_note
-from toolpool.tools.diff_regions import CONTEXT, LineMatch, lines_of
-from toolpool.tools.diff_windows import match_lines
+from toolpool.tools.support.diff_regions import CONTEXT, LineMatch, lines_of
+from toolpool.tools.support.diff_windows import match_lines
 
 # A preview travels as an event to every client; past this size it says so and stops.
 MAX_DIFF_CHARS = PREVIEW_CHARS

@@ -27,9 +27,9 @@ from toolpool.errors import ToolError
 from toolpool.runtime import spill_name
 from toolpool.sandbox.limits import Limits
 from toolpool.tool import ToolContext
-from toolpool.tools.bash_runs import Run, SpawnError, start_in_session, start_per_call
-from toolpool.tools.command_output import CommandOutput, read_output
-from toolpool.tools.shell_state import CommandShell, SavedShell
+from toolpool.tools.support.bash_runs import Run, SpawnError, start_in_session, start_per_call
+from toolpool.tools.support.command_output import CommandOutput, read_output
+from toolpool.tools.support.shell_state import CommandShell, SavedShell
 
 IN_SESSION_FDS = (3, 4, 5)  # the shell's memory files (and stderr), as the sandbox gives them
 # Threads that read commands' output, kept: starting one per call costs more than

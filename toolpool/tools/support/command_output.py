@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolpool.spill import SpillFile, pump
 from toolpool.tool import ToolContext
-from toolpool.tools.head_tail import HeadAndTail
+from toolpool.tools.support.head_tail import HeadAndTail
 
 MAX_OUTPUT_CHARS = 30_000  # characters of a command's output the model gets
 STREAM_INTERVAL = 0.1  # seconds between progress reports
