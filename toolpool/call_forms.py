@@ -3,7 +3,7 @@ toolpool names — the fix of a refusal, the way on from a cut read — in the s
 of the session's tool profile (F12, F14).
 
 A name is written as it is, or quoted with escapes when it could be read as
-something else (``quote``: every tool's messages, ``tools/paths.py``'s ``display``).
+something else (``quote``: every tool's messages, ``tools/support/paths.py``'s ``display``).
 A call's path argument is a JSON string literal (``literal``): it reads back, with
 any JSON parser, as the very name, and holds no raw newline, control or bidi
 character a message could be broken with.

@@ -3,7 +3,7 @@ file, and where a file stands against it (``freshness``).
 
 ``read`` records a stamp for every file it reads; ``edit`` and ``write`` ask the
 register whether the file was read in full and has not changed since (F3: the check
-and its refusals are the file tools', ``tools/stamps.py``). One register per
+and its refusals are the file tools', ``tools/support/stamps.py``). One register per
 session, shared by read, edit and write.
 
 A stamp names one content of the file (its hash) and which parts of it the session

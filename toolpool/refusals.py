@@ -3,8 +3,8 @@
 (``profiles/claude_code.py``, the Anthropic editor's), never toolpool's English.
 
 The tools decide them and word toolpool's sentences beside that decision (F3's in
-``tools/stamps.py``, edit's in ``tools/edit.py``, a missing path's in
-``tools/suggest.py``); the names are here, low in the import graph, because the
+``tools/support/stamps.py``, edit's in ``tools/support/edit_plan.py``, a missing path's in
+``tools/support/suggest.py``); the names are here, low in the import graph, because the
 profiles read them and the client's side imports the profiles' table (which must
 import no tool). So is F3's code-2 refusal, worded from its details alone: the tool
 says it in the session's profile's spelling, and a profile words its own from the
@@ -58,7 +58,7 @@ def fix_call(details: Mapping[str, Any], profile: str) -> str | None:
 
 def not_read_message(details: Mapping[str, Any], profile: str = "toolpool") -> str:
     """F3's code-2 refusal (of ``edit``, ``write`` and the tools sharing their guard)
-    worded from its details (``tools/stamps.py``'s ``unread_details``): what was not
+    worded from its details (``tools/support/stamps.py``'s ``unread_details``): what was not
     read, and the read that lifts it in ``profile``'s spelling (F14)."""
     name = quote(str(details["read_first"]["path"]))
     call = fix_call(details, profile)

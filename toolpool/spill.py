@@ -1,6 +1,6 @@
 """Spill files: output kept whole on disk, up to a cap (SPEC X8, L4, L9), and the pipe
 pump that fills them. One truncation rule for every spill file toolpool writes — a
-foreground command's (``tools/command_output.py``), a background shell's
+foreground command's (``tools/support/command_output.py``), a background shell's
 (``pool/shells.py``) and a cut result's (``engine/budget.py``):
 
 - the file holds bytes as they came, at most ``limit`` of them, then the note
