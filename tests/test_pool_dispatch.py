@@ -23,6 +23,7 @@ from toolpool.pool.workers import OutcomeStatus
 from toolpool.protocol import CallContext, Cancel, Execute, Progress, Shutdown, Withdrawn
 from toolpool.sandbox import Limits
 from toolpool.sandbox.limits import CgroupLimits
+from toolpool.sandbox.session_box import SandboxStartError
 
 from .pool_fakes import LIMITS, Calls, ScriptedProcesses, cancelled, ok, scripted_pool, turn
 from .support import until
@@ -472,3 +473,87 @@ async def test_a_sessions_context_and_limits_are_made_once_and_stay_its_own(
     c = await one(again, "c")
     assert c.context.workspace == str(second) and c.limits["processes"] != 7
     coordinator.close()
+
+
+# --- a policy session's own workers (N11) -------------------------------------------------
+
+
+def _policy_call(pool: WorkerPool, calls: Calls, call_id: str, session_id: str) -> None:
+    """A call of a policy session (its context names its proxy's key: ``egress``)."""
+    context = CallContext(session_id=session_id, workspace="/nowhere", egress="key")
+    execute = Execute(call_id, "t", {}, context, LIMITS.to_dict(), {}, pool.ticket())
+
+    def done(outcome: Any) -> None:
+        calls.done[call_id].append(outcome)
+        calls.order.append(call_id)
+
+    pool.submit(
+        execute,
+        network=False,
+        token=CancelToken(),
+        on_progress=lambda _: None,
+        limits=LIMITS,
+        done=done,
+    )
+
+
+@pytest.mark.spec("N11")
+async def test_N11_a_policy_sessions_call_runs_on_a_worker_of_its_own_in_its_namespace(
+    make: Make,
+) -> None:
+    pool, fake, calls = await make()
+    made: list[str] = []
+
+    def namespace(session_id: str) -> tuple[str, int]:
+        made.append(session_id)
+        return f"/run/netns/{session_id}", 4242
+
+    pool.supervisor.netns_of = namespace
+    # When a policy session's call and another session's come together
+    _policy_call(pool, calls, "p1", "policy")
+    calls.submit("plain")
+    await until(lambda: _settled(fake, calls, "p1", "plain"))
+    # Then the policy session's ran on a new worker, forked into its namespace, which
+    # the pool had made for it first; the other session's on a shared worker
+    (own,) = [w for w in fake.workers.values() if w.binding is not None]
+    assert made == ["policy"]
+    assert (own.netns, own.netns_inode) == ("/run/netns/policy", 4242)
+    assert own.binding is not None and own.binding.egress
+    assert fake.executes(own.id) == [["p1"]]
+    assert ["plain"] in fake.executes("w1") + fake.executes("w2")
+    assert calls.status("p1") == "ok" and calls.status("plain") == "ok"
+
+
+@pytest.mark.spec("N11")
+async def test_N11_a_namespace_that_cannot_be_made_ends_the_calls_waiting_and_the_next_tries_again(
+    make: Make,
+) -> None:
+    pool, fake, calls = await make()
+
+    def no_room(session_id: str) -> tuple[str, int]:
+        raise SandboxStartError("the namespace could not be made: no room")
+
+    pool.supervisor.netns_of = no_room
+    # When the session's namespace cannot be made
+    _policy_call(pool, calls, "p1", "policy")
+    await until(lambda: "p1" in calls.done)
+    # Then its waiting call ends, saying why, and no worker ran it outside the namespace
+    assert calls.status("p1") == "failed"
+    assert "the session's network" in str(calls.outcome("p1").cause)
+    assert all(w.binding is None for w in fake.workers.values())
+    # And the session's next call tries again, and runs once the namespace is made
+    pool.supervisor.netns_of = lambda session_id: (f"/run/netns/{session_id}", 7)
+    _policy_call(pool, calls, "p2", "policy")
+    await until(lambda: _settled(fake, calls, "p2"))
+    assert calls.status("p2") == "ok"
+
+
+def _settled(fake: ScriptedProcesses, calls: Calls, *call_ids: str) -> bool:
+    """Whether the calls are done; meanwhile every call a worker was given and that
+    is not done is answered, as the worker would (an ``until`` step)."""
+    for worker_id, sent in fake.sent.items():
+        for message in sent:
+            for part in message:
+                if isinstance(part, Execute) and part.call_id not in calls.done:
+                    fake.reply(worker_id, ok(part.call_id))
+    return all(call_id in calls.done for call_id in call_ids)
