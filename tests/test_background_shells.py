@@ -327,14 +327,15 @@ def test_F6_a_dead_daemons_shells_go_with_it_and_its_next_start_cleans_up(
 
 def test_stale_shells_are_found_by_their_mark_and_killed() -> None:
     # Given a process marked as a shell of a daemon that is gone (cgroups and
-    # bubblewrap, which end such processes otherwise, are not involved).
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    env = {**os.environ, SHELL_MARK: f"{dead.pid}:abcd0123"}
+    # bubblewrap, which end such processes otherwise, are not involved). The daemon
+    # it names is this test's process, gone for this sweep alone: a daemon another
+    # test starts meanwhile sweeps too, and must not take this one's orphan first.
+    gone = os.getpid()
+    env = {**os.environ, SHELL_MARK: f"{gone}:abcd0123"}
     orphan = subprocess.Popen(["sleep", marker()], env=env)
     try:
         # When the next start looks for them.
-        killed = remove_stale_shells(lambda pid: pid != dead.pid)
+        killed = remove_stale_shells(lambda pid: pid != gone)
         # Then it is killed, and nothing else.
         assert killed == [orphan.pid]
         assert orphan.wait(30) == -signal.SIGKILL
