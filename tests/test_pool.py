@@ -445,6 +445,9 @@ async def test_D3_worker_reports_the_limits_it_was_given(
         assert report["command_wrote_outside"] is False
     if PROFILE.active("seccomp"):
         assert report["seccomp"] == "2"  # filter mode
+        # Its filter, and its command's, came built from the zygote: a worker that
+        # builds one starts two ldconfig processes (pyseccomp's find_library).
+        assert report["built_seccomp_here"] is False
 
 
 @pytest.mark.spec("D3")

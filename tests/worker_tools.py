@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpool import ToolContext, ToolError, tool
+from toolpool.sandbox import seccomp
 from toolpool.sandbox.command import confined
 
 
@@ -299,4 +300,5 @@ def report_limits(port: int, ctx: ToolContext) -> dict[str, Any]:
         "command_wrote_outside": outside.exists(),
         "command_status": status.strip(),
         "seccomp": Path("/proc/self/status").read_text().split("Seccomp:")[1].split()[0],
+        "built_seccomp_here": os.getpid() in seccomp.BUILT_IN,
     }

@@ -79,6 +79,8 @@ COMMAND_DENIED = (
 BOUND_DENIED = (*WORKER_DENIED, "setns", "pidfd_getfd")
 CLONE_NEWUSER = 0x10000000
 _DENIED = {"worker": WORKER_DENIED, "bound": BOUND_DENIED, "command": COMMAND_DENIED}
+# The processes that built a filter (a worker inherits the zygote's, and builds none).
+BUILT_IN: list[int] = []
 
 
 def available() -> str | None:
@@ -90,8 +92,15 @@ def available() -> str | None:
     return None
 
 
+@functools.cache
 def _build(kind: str) -> Any:
+    """Filter ``kind`` as a libseccomp context, built once per process. The zygote
+    builds the workers' before it forks (``prepare``): a worker that built its own
+    would load pyseccomp, whose ``find_library`` runs ``ldconfig -p`` twice — two
+    processes, most of a worker start's CPU (measured)."""
     import pyseccomp
+
+    BUILT_IN.append(os.getpid())
 
     flt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     rules: list[tuple[Any, str, tuple[Any, ...]]] = [
@@ -130,6 +139,16 @@ def bpf_fd(kind: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def prepare() -> None:
+    """Build the workers' filters, and the program of their commands', now, where
+    the workers are forked from; nothing when they cannot be built here (a worker
+    that needs one then says why)."""
+    if available() is None:
+        _build("worker")
+        _build("bound")
+        bpf_program("command")
 
 
 def load_in_this_process(kind: str) -> None:

@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from toolpool.protocol import Exited, Heartbeat, Spawn, Spawned, read_frame, write_frame
 from toolpool.registry import ToolRegistry, tools_in_module
-from toolpool.sandbox import linux
+from toolpool.sandbox import linux, seccomp
 from toolpool.worker.main import WorkerConfig, serve
 
 ZYGOTE_ID = "zygote"  # the worker_id of the zygote's heartbeats
@@ -92,6 +92,7 @@ def run(
     heartbeat_interval: float = 0.5,
 ) -> int:
     registry = _load(modules)
+    seccomp.prepare()  # once here, not in every worker
     write_frame(stdout, Heartbeat(ZYGOTE_ID, _rss()))  # started: the modules imported
     next_beat = time.monotonic() + heartbeat_interval
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
