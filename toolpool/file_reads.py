@@ -131,7 +131,9 @@ class FileReadRegister:
     def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> FileReadStamp:
         """Hold ``stamp`` for ``path``, with the parts already held of the same
         content added (F13); the stamp now held."""
-        key = self.key(path)
+        return self._record(self.key(path), stamp)
+
+    def _record(self, key: str, stamp: FileReadStamp) -> FileReadStamp:
         with self._lock:
             held = self._stamps.get(key)
             now = self._stamps[key] = stamp if held is None else held.merged(stamp)
@@ -161,13 +163,21 @@ class FileReadRegister:
             self._unsettled.clear()
 
     def get(self, path: str | os.PathLike[str]) -> FileReadStamp | None:
+        return self.at_key(self.key(path))
+
+    def at_key(self, key: str) -> FileReadStamp | None:
+        """The stamp held under ``key`` (what ``key`` made of a path): a caller that
+        has the key already resolves the path once, not twice."""
         with self._lock:
-            return self._stamps.get(self.key(path))
+            return self._stamps.get(key)
 
     def forget(self, path: str | os.PathLike[str]) -> None:
+        self._forget(self.key(path))
+
+    def _forget(self, key: str) -> None:
         with self._lock:
-            self._stamps.pop(self.key(path), None)
-            self._unsettled.discard(self.key(path))
+            self._stamps.pop(key, None)
+            self._unsettled.discard(key)
 
     def narrow(
         self,
@@ -251,22 +261,26 @@ class FileReadRegister:
 
 class RecordingRegister(FileReadRegister):
     """A register that remembers what changed in it: what a worker holds for one
-    call, seeded with the stamps the coordinator sent, its changes sent back."""
+    call, seeded with the stamps the coordinator sent, its changes sent back.
+
+    Both ways a stamp travels under its key, resolved where it was made: each
+    resolution of a path is a system call per component of it, and the register's
+    paths were resolved a moment ago. (A path that resolves elsewhere by now has
+    another key: its stamp is not found, and the file counts as never read.)"""
 
     def __init__(self, stamps: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         super().__init__()
-        for path, stamp in (stamps or {}).items():  # the register is empty: nothing to merge
-            self._stamps[self.key(path)] = FileReadStamp.from_dict(stamp)
+        for key, stamp in (stamps or {}).items():  # the register is empty: nothing to merge
+            self._stamps[key] = FileReadStamp.from_dict(stamp)
         self.changes: dict[str, FileReadStamp | None] = {}
 
-    def record(self, path: str | os.PathLike[str], stamp: FileReadStamp) -> FileReadStamp:
-        now = super().record(path, stamp)
-        self.changes[self.key(path)] = now
+    def _record(self, key: str, stamp: FileReadStamp) -> FileReadStamp:
+        now = self.changes[key] = super()._record(key, stamp)
         return now
 
-    def forget(self, path: str | os.PathLike[str]) -> None:
-        super().forget(path)
-        self.changes[self.key(path)] = None
+    def _forget(self, key: str) -> None:
+        super()._forget(key)
+        self.changes[key] = None
 
     def changes_dict(self) -> dict[str, dict[str, Any] | None]:
         return {p: None if s is None else s.to_dict() for p, s in self.changes.items()}
@@ -275,9 +289,10 @@ class RecordingRegister(FileReadRegister):
 def apply_changes(
     register: FileReadRegister, changes: Mapping[str, Mapping[str, Any] | None]
 ) -> None:
-    """Apply what a worker's RecordingRegister recorded to the session's register."""
-    for path, stamp in changes.items():
+    """Apply what a worker's RecordingRegister recorded to the session's register
+    (under the keys it made)."""
+    for key, stamp in changes.items():
         if stamp is None:
-            register.forget(path)
+            register._forget(key)
         else:
-            register.record(path, FileReadStamp.from_dict(stamp))
+            register._record(key, FileReadStamp.from_dict(stamp))

@@ -148,9 +148,10 @@ class PoolExecutor:
         stamps = {}
         if spec.has_file_paths:
             for path in spec.file_paths(call.arguments, ctx):
-                stamp = ctx.files.get(path)
+                key = FileReadRegister.key(path)
+                stamp = ctx.files.at_key(key)
                 if stamp is not None:
-                    stamps[FileReadRegister.key(path)] = stamp.to_dict()
+                    stamps[key] = stamp.to_dict()
         pool = self.pool
         frames = self._frames(self._context(ctx, network, view, egress), wire)
         ticket = pool.ticket()

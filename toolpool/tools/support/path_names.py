@@ -15,7 +15,25 @@ from toolpool.tool import ToolContext
 
 def real_workspace(ctx: ToolContext) -> Path:
     """The workspace's real path, which resolved paths are compared with."""
-    return Path(os.path.realpath(ctx.workspace))
+    return real_root(ctx.workspace)
+
+
+def real_root(root: Path) -> Path:
+    """A session root's real path, resolved once per process. The session resolved
+    its roots when it opened, and what lies above a root is outside every root, which
+    no file tool may change and a command sees read-only; resolved at each use, they
+    cost a system call per component, several times a call (a read and an edit:
+    eight resolutions of their roots)."""
+    real = _real_roots.get(root)
+    if real is None:
+        if len(_real_roots) >= _ROOTS_KEPT:
+            _real_roots.clear()
+        real = _real_roots[root] = Path(os.path.realpath(root))
+    return real
+
+
+_real_roots: dict[Path, Path] = {}
+_ROOTS_KEPT = 256
 
 
 def display(path: PurePath, ctx: ToolContext) -> str:

@@ -62,6 +62,7 @@ from toolpool.tools.support.path_names import argument_path as argument_path
 from toolpool.tools.support.path_names import display as display
 from toolpool.tools.support.path_names import display_in as display_in
 from toolpool.tools.support.path_names import display_spelling as display_spelling
+from toolpool.tools.support.path_names import real_root
 from toolpool.tools.support.path_names import real_workspace as real_workspace
 from toolpool.tools.support.path_walk import Escape, TooManyLinks, Walk, under
 from toolpool.tools.support.path_walk import (
@@ -102,7 +103,7 @@ def allowed_roots(ctx: ToolContext, access: Access) -> list[Path]:
     roots = [ctx.workspace, *ctx.extra_roots]
     if access is Access.READ and ctx.scratch_dir is not None:
         roots.append(ctx.scratch_dir)
-    return [Path(os.path.realpath(root)) for root in roots]
+    return [real_root(root) for root in roots]
 
 
 def _denied(raw: str, where: str, joined: str, roots: list[Path], ctx: ToolContext) -> ToolError:
