@@ -85,3 +85,29 @@ async def test_every_builtin_runs_in_a_worker(coordinator: Coordinator, workspac
     assert "src/a.py:1:import os" in results[1].text
     assert "src/" in results[2].text
     assert results[5].text == "b\na.py\nb.py\nExit code: 0"
+
+
+@pytest.mark.spec("F2", "F3", "D1")
+async def test_a_stamp_is_for_the_file_read_not_for_whatever_its_path_names_later(
+    coordinator: Coordinator, workspace: Path
+) -> None:
+    # Given a file read through a directory, in a worker
+    (workspace / "d").mkdir()
+    (workspace / "d" / "a.py").write_text("x = 1\n")
+    (workspace / "other").mkdir()
+    (workspace / "other" / "a.py").write_text("x = 1\n")  # the same bytes, another file
+    session = coordinator.open_session(workspace)
+    (read,) = await coordinator.run_turn(session, [call("r", "read", path="d/a.py")])
+    assert not read.is_error, read.text
+    # When the directory is swapped for a link to another, where a file of that name is
+    (workspace / "d" / "a.py").unlink()
+    (workspace / "d").rmdir()
+    (workspace / "d").symlink_to("other")
+    (edit,) = await coordinator.run_turn(
+        session, [call("e", "edit", path="d/a.py", old_string="x = 1", new_string="x = 2")]
+    )
+    # Then the edit is refused as of a file never read, and nothing is written: the
+    # stamps travel under the real path they were taken of, in the coordinator and in
+    # the worker alike
+    assert edit.details.get("validation_code") == CODE_NOT_READ, edit.text
+    assert (workspace / "other" / "a.py").read_text() == "x = 1\n"
