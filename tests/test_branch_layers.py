@@ -1,7 +1,8 @@
-"""A session's overlays as stacks of layers (SPEC B1, B3, B5, B11), on real mounts:
-a freeze renames and never copies, a fork's overlay stacks its parent's frozen layers
-and outlives the parent's session, a merge of two layers leaves the tree as it was —
-whatever the operations were (whiteouts, opaque and renamed directories)."""
+"""A session's overlays as stacks of layers (SPEC B1, B3, B5, B11, B13), on real
+mounts: a freeze renames and never copies, a fork's overlay stacks its parent's frozen
+layers and outlives the parent's session, a merge of two layers leaves the tree as it
+was — whatever the operations were (whiteouts, opaque and renamed directories) — and
+no copy of an overlay that another mount namespace made outlives its unmount."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import os
 import random
 import shutil
 import stat
+import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from toolpool.sandbox.layer_merge import squash
 from toolpool.sandbox.layers import SessionLayer, mounts_under
+
+from .shell_support import wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="mounting layers in the host's namespaces needs root"
@@ -191,5 +196,94 @@ def test_B5_a_merge_of_two_layers_leaves_the_tree_as_it_was(
         # and the session writes on as before
         (view / "after.txt").write_text("after\n")
         assert (view / "after.txt").read_text() == "after\n"
+    finally:
+        layer.remove()
+
+
+MIB = 2**20
+
+
+def copies(pid: int, point: Path) -> int:
+    """How many mounts the mount namespace of ``pid`` has at ``point``."""
+    with open(f"/proc/{pid}/mountinfo") as table:
+        return sum(1 for line in table if line.split()[4] == str(point))
+
+
+@contextmanager
+def unshared(point: Path) -> Iterator[int]:
+    """A process on the host that made a mount namespace of its own, with private
+    mounts (``unshare -m``'s way), while ``point`` is mounted: its pid."""
+    process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "300"])
+    try:
+        wait_until(lambda: copies(process.pid, point) == 1, "the namespace made")
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.spec("B13")
+@pytest.mark.parametrize("operation", ["rewind", "merge", "freeze", "remove"])
+def test_B13_an_overlays_unmount_takes_every_copy_another_namespace_made(
+    store: Path, workspace: Path, operation: str
+) -> None:
+    layer = SessionLayer.make(store / "1.l", 16 * MIB)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        overlay = layer.overlays["w"]
+        # Given 2 MiB frozen (and, for a merge, a second layer frozen over it)
+        (view / "a").write_bytes(bytes(2 * MIB))
+        layer.freeze()
+        if operation == "merge":
+            (view / "c").write_text("c\n")
+            layer.freeze()
+        # and a namespace made while the overlay is mounted, which holds a copy of it,
+        # through which the frozen file is read and (but for a merge) 2 MiB written
+        with unshared(overlay.merged) as pid:
+            assert (view / "a").read_bytes() == bytes(2 * MIB)
+            if operation != "merge":
+                (view / "b").write_bytes(bytes(2 * MIB))
+            # When the overlay is unmounted for a rewind, a merge, a freeze, the end
+            if operation == "rewind":
+                layer.rewind({"w": 0})
+                room = 0  # everything dropped
+            elif operation == "merge":
+                overlay.replace(0, 1, squash(overlay, 0, layer, "m0"))
+                room = 2 * MIB  # the merged layer's copy of "a"; the two it replaced gone
+            elif operation == "freeze":
+                layer.freeze()
+                room = 4 * MIB  # nothing dropped
+            else:
+                layer.remove()
+                room = 0
+            # Then the copy went with it, and the tmpfs holds what it keeps, no more
+            assert copies(pid, overlay.merged) == 0
+            assert copies(pid, layer.directory) == (0 if operation == "remove" else 1)
+            if operation != "remove":
+                assert room <= layer.used_bytes() < room + 256 * 1024
+    finally:
+        layer.remove()
+
+
+@pytest.mark.spec("B13")
+def test_B13_an_overlay_whose_mount_point_cannot_go_is_mounted_again_unchanged(
+    store: Path, workspace: Path
+) -> None:
+    layer = SessionLayer.make(store / "1.l", 16 * MIB)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        overlay = layer.overlays["w"]
+        # Given a mount point that holds a file below the overlay (so rmdir fails)
+        layer.unmount(overlay.merged)
+        (layer.seen(overlay.merged) / "stray").write_text("below\n")
+        overlay.mount()
+        (view / "made.txt").write_text("made\n")
+        # When a checkpoint unmounts it, then the freeze is refused, saying why, and
+        # the overlay is mounted again as it was: nothing frozen, nothing lost
+        with pytest.raises(OSError, match="not empty"):
+            layer.freeze()
+        assert overlay.mounted and layer.depths() == {"w": 0}
+        assert (view / "made.txt").read_text() == "made\n"
+        assert not (view / "stray").exists()
     finally:
         layer.remove()

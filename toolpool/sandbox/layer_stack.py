@@ -22,6 +22,7 @@ fails, and so does the freeze).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -224,8 +225,8 @@ class Overlay:
         return [o if o != "redirect_dir=on" else "redirect_dir=follow" for o in self.options]
 
     def close(self) -> None:
-        """Unmount it (lazily: a process still inside keeps its view until it ends)
-        and let its frozen layers go. Idempotent."""
+        """Unmount it (lazily: a process still inside keeps its view until it ends),
+        every copy of it with it, and let its frozen layers go. Idempotent."""
         if self.mounted:
             self.mounted = False
             try:
@@ -233,12 +234,16 @@ class Overlay:
             except OSError as exc:
                 if exc.errno not in (errno.EINVAL, errno.ENOENT):
                     raise
+            with contextlib.suppress(OSError):  # the layers' removal takes it anyway
+                self._drop_copies()
         frozen, self.frozen = self.frozen, []
         for layer in frozen:
             layer.release()
 
     def _unmount(self) -> None:
-        """Unmount it; one that stays busy (past BUSY_SECONDS) is an OSError."""
+        """Unmount it, every copy of it with it; one that stays busy (past
+        BUSY_SECONDS) is an OSError, and so is one whose copies could not be let go
+        (then it is mounted again: nothing changed)."""
         deadline = time.monotonic() + BUSY_SECONDS
         while True:
             try:
@@ -251,6 +256,26 @@ class Overlay:
                     ) from None
                 time.sleep(0.01)
         self.mounted = False
+        try:
+            self._drop_copies()
+        except OSError:
+            self.mount()
+            raise
+
+    def _drop_copies(self) -> None:
+        """Remove the mount point, once unmounted here (``mount`` makes it again).
+
+        Every mount namespace made while the overlay was mounted holds a copy of it:
+        another session's sandbox and each command in it (whose copies lie below their
+        masks), a fork's, anything on the host that ran ``unshare -m`` meanwhile. A
+        copy keeps the overlay alive, and with it every file of its layers it looked
+        up — removed from the tmpfs or not, its room stays taken — until that
+        namespace ends, seconds later or never. Removing the directory it is mounted
+        on detaches every copy, in every namespace, before ``rmdir`` returns (the
+        kernel's rule for a mount point unlinked where it is not one, Linux 3.18):
+        so the room of the layers let go is free when they are (SPEC B13)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(self.mounter.seen(self.merged))
 
     def __repr__(self) -> str:
         state = "mounted" if self.mounted else "not mounted"
