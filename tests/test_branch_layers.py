@@ -224,7 +224,7 @@ def unshared(point: Path) -> Iterator[int]:
 
 @pytest.mark.spec("B13")
 @pytest.mark.parametrize("operation", ["rewind", "merge", "freeze", "remove"])
-def test_B13_an_overlays_unmount_takes_every_copy_another_namespace_made(
+def test_B13_the_room_of_layers_let_go_is_free_whatever_namespace_holds_a_copy(
     store: Path, workspace: Path, operation: str
 ) -> None:
     layer = SessionLayer.make(store / "1.l", 16 * MIB)
@@ -238,12 +238,14 @@ def test_B13_an_overlays_unmount_takes_every_copy_another_namespace_made(
             (view / "c").write_text("c\n")
             layer.freeze()
         # and a namespace made while the overlay is mounted, which holds a copy of it,
-        # through which the frozen file is read and (but for a merge) 2 MiB written
+        # through which the frozen file is read and (but for a merge) 2 MiB written,
+        # with a read-only mode (a file an unprivileged daemon could not write as is)
         with unshared(overlay.merged) as pid:
             assert (view / "a").read_bytes() == bytes(2 * MIB)
             if operation != "merge":
                 (view / "b").write_bytes(bytes(2 * MIB))
-            # When the overlay is unmounted for a rewind, a merge, a freeze, the end
+                (view / "b").chmod(0o444)
+            # When the layers change: a rewind, a merge, a freeze, the session's end
             if operation == "rewind":
                 layer.rewind({"w": 0})
                 room = 0  # everything dropped
@@ -255,35 +257,80 @@ def test_B13_an_overlays_unmount_takes_every_copy_another_namespace_made(
                 room = 4 * MIB  # nothing dropped
             else:
                 layer.remove()
-                room = 0
-            # Then the copy went with it, and the tmpfs holds what it keeps, no more
-            assert copies(pid, overlay.merged) == 0
-            assert copies(pid, layer.directory) == (0 if operation == "remove" else 1)
             if operation != "remove":
+                # Then the tmpfs holds what the layers keep, no more, while the copy
+                # of the old overlay lives on, untouched, in that namespace (taking
+                # it away would fail a sandbox being set up there at that moment)
                 assert room <= layer.used_bytes() < room + 256 * 1024
+                assert copies(pid, overlay.merged) == 1
+                assert (view / "a").exists() == (operation != "rewind")
+            else:
+                # Then the tmpfs is gone from that namespace too (its directory removed)
+                assert copies(pid, layer.directory) == 0
     finally:
         layer.remove()
 
 
 @pytest.mark.spec("B13")
-def test_B13_an_overlay_whose_mount_point_cannot_go_is_mounted_again_unchanged(
-    store: Path, workspace: Path
+def test_B13_emptying_a_dropped_layer_follows_no_link_and_opens_no_fifo(
+    store: Path, workspace: Path, tmp_path: Path
 ) -> None:
+    # Given host files that links in a layer name, and a layer that holds those links,
+    # a fifo, a file nobody may write and 2 MiB, frozen
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the host's\n")
+    (tmp_path / "victim-dir").mkdir()
+    (tmp_path / "victim-dir" / "inside.txt").write_text("the host's too\n")
     layer = SessionLayer.make(store / "1.l", 16 * MIB)
     try:
         view = layer.seen(layer.mount_workspace(workspace))
-        overlay = layer.overlays["w"]
-        # Given a mount point that holds a file below the overlay (so rmdir fails)
-        layer.unmount(overlay.merged)
-        (layer.seen(overlay.merged) / "stray").write_text("below\n")
-        overlay.mount()
-        (view / "made.txt").write_text("made\n")
-        # When a checkpoint unmounts it, then the freeze is refused, saying why, and
-        # the overlay is mounted again as it was: nothing frozen, nothing lost
-        with pytest.raises(OSError, match="not empty"):
-            layer.freeze()
-        assert overlay.mounted and layer.depths() == {"w": 0}
-        assert (view / "made.txt").read_text() == "made\n"
-        assert not (view / "stray").exists()
+        (view / "link").symlink_to(victim)
+        (view / "dir-link").symlink_to(tmp_path / "victim-dir")
+        (view / "nested").mkdir()
+        (view / "nested" / "link").symlink_to(victim)
+        os.mkfifo(view / "fifo")
+        (view / "locked").write_bytes(bytes(2 * MIB))
+        (view / "locked").chmod(0)
+        layer.freeze()
+        # When the layer is dropped (a rewind to the start)
+        layer.rewind({"w": 0})
+        # Then the layer is gone, its room free, and what its links named untouched
+        assert os.listdir(view) == [] and layer.used_bytes() < 256 * 1024
+        assert victim.read_text() == "the host's\n"
+        assert (tmp_path / "victim-dir" / "inside.txt").read_text() == "the host's too\n"
+    finally:
+        layer.remove()
+
+
+@pytest.mark.spec("B13", "B2")
+def test_B13_a_dropped_layer_nested_past_any_recursion_limit_goes_whole(
+    store: Path, workspace: Path
+) -> None:
+    # Given a layer that nests 1500 directories (deeper than PATH_MAX can name, and
+    # than Python recurses), a 64 KiB file every 100 levels, frozen
+    layer = SessionLayer.make(store / "1.l", 16 * MIB)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        here = os.open(view, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for level in range(1500):
+                os.mkdir("d", dir_fd=here)
+                below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+                os.close(here)
+                here = below
+                if level % 100 == 0:
+                    made = os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
+                    with open(made, "wb") as file:
+                        file.write(bytes(64 * 1024))
+        finally:
+            os.close(here)
+        layer.freeze()
+        assert layer.used_bytes() >= 15 * 64 * 1024
+        # When a rewind drops it, then all of it is gone, its room free, and the
+        # overlay's directory holds nothing but what a fresh one does
+        layer.rewind({"w": 0})
+        assert os.listdir(view) == [] and layer.used_bytes() < 256 * 1024
+        place = layer.seen(layer.overlays["w"].place)
+        assert sorted(os.listdir(place)) == ["merged", "upper", "work"]
     finally:
         layer.remove()

@@ -3,10 +3,11 @@ through a real daemon run as root: a rewind's dropped layers, a merge's squashed
 a fork's when it closes, a session's tmpfs when it closes — whatever runs beside them.
 
 The attacks: a process of another session (a background shell, in a sandbox and a
-command namespace of its own) that started while the layers were mounted and outlives
-the rewind, holding copies of those mounts; a background shell of the session itself
-that keeps a file of a dropped layer open, with a grandchild that left its process
-group to linger; a fork whose sandbox runs while its parent rewinds.
+command namespace of its own) and a process on the host in a private mount namespace
+(``unshare -m``), both started while the layers were mounted and outliving the rewind,
+holding copies of those mounts; a background shell of the session itself that keeps a
+file of a dropped layer open, with a grandchild that left its process group to linger;
+a fork whose sandbox runs while its parent rewinds.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def test_B13_namespaces_made_meanwhile_keep_none_of_a_rewinds_room(
             assert used(client, session) < EMPTY
             assert rewound.shells_stopped == ()
             assert sleeping(mark) == 1 and unshared.poll() is None  # both ran all along
+            # and neither lost its copy: nothing is taken from another namespace
+            assert {sleeper, unshared.pid} <= holders(device, point)
             assert sh(session, "head -c 5242880 /dev/zero > c; ls") == "c"
         finally:
             unshared.kill()

@@ -105,8 +105,9 @@ def main() -> None:
         with client.session(workspace, workspace_mode="overlay") as parent:
             # A fork's sandbox runs in the family's holder, a copy of the parent's
             # overlays in its namespace, while the parent reads 2 MiB through them and
-            # then rewinds past them (B13)
-            call(parent, "bash", command="head -c 2097152 /dev/zero > big")
+            # then rewinds past them (B13); the file is read-only, which the daemon's
+            # user must get past to empty it
+            call(parent, "bash", command="head -c 2097152 /dev/zero > big; chmod 444 big")
             start = parent.checkpoints()[0]
             (fork,) = parent.fork(at=start.id)
             call(fork, "bash", command="true")

@@ -15,23 +15,24 @@ Nothing is copied: a freeze is an unmount, a rename and a mount, whatever the tr
 size. A ``FrozenLayer`` lies on the tmpfs of the session that wrote it (its
 ``store``) and is shared by reference with every overlay whose stack holds it — the
 session's own, its forks', their forks' — and removed when the last one lets it go;
-a frozen layer is never written again. Only an overlay nothing runs in may be frozen
-or rewound: the caller ends the session's sandboxes first (an unmount that is busy
-fails, and so does the freeze).
+a frozen layer is never written again (``layer_removal.py`` removes one, its files
+emptied first, B13). Only an overlay nothing runs in may be frozen or rewound: the
+caller ends the session's sandboxes first (an unmount that is busy fails, and so does
+the freeze).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import os
-import shutil
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+
+from toolpool.sandbox.layer_removal import remove_layer
 
 # An unmount that is busy (a process of the session still ending) is tried again for
 # up to this long before the freeze or rewind is refused.
@@ -87,7 +88,7 @@ class FrozenLayer:
             self._users -= 1
             gone = self._users == 0
         if gone:
-            shutil.rmtree(self.store.seen(self.path), ignore_errors=True)
+            remove_layer(self.store.seen(self.path))
             self.store.layer_gone()
 
     @property
@@ -195,7 +196,7 @@ class Overlay:
             seen(self.upper).mkdir(mode=0o755)
         finally:
             self.mount()
-        shutil.rmtree(seen(discarded), ignore_errors=True)
+        remove_layer(seen(discarded))
 
     def replace(self, first: int, last: int, merged: FrozenLayer) -> None:
         """The frozen layers ``first`` to ``last`` (inclusive) give way to ``merged``,
@@ -225,8 +226,8 @@ class Overlay:
         return [o if o != "redirect_dir=on" else "redirect_dir=follow" for o in self.options]
 
     def close(self) -> None:
-        """Unmount it (lazily: a process still inside keeps its view until it ends),
-        every copy of it with it, and let its frozen layers go. Idempotent."""
+        """Unmount it (lazily: a process still inside keeps its view until it ends)
+        and let its frozen layers go. Idempotent."""
         if self.mounted:
             self.mounted = False
             try:
@@ -234,16 +235,12 @@ class Overlay:
             except OSError as exc:
                 if exc.errno not in (errno.EINVAL, errno.ENOENT):
                     raise
-            with contextlib.suppress(OSError):  # the layers' removal takes it anyway
-                self._drop_copies()
         frozen, self.frozen = self.frozen, []
         for layer in frozen:
             layer.release()
 
     def _unmount(self) -> None:
-        """Unmount it, every copy of it with it; one that stays busy (past
-        BUSY_SECONDS) is an OSError, and so is one whose copies could not be let go
-        (then it is mounted again: nothing changed)."""
+        """Unmount it; one that stays busy (past BUSY_SECONDS) is an OSError."""
         deadline = time.monotonic() + BUSY_SECONDS
         while True:
             try:
@@ -256,26 +253,6 @@ class Overlay:
                     ) from None
                 time.sleep(0.01)
         self.mounted = False
-        try:
-            self._drop_copies()
-        except OSError:
-            self.mount()
-            raise
-
-    def _drop_copies(self) -> None:
-        """Remove the mount point, once unmounted here (``mount`` makes it again).
-
-        Every mount namespace made while the overlay was mounted holds a copy of it:
-        another session's sandbox and each command in it (whose copies lie below their
-        masks), a fork's, anything on the host that ran ``unshare -m`` meanwhile. A
-        copy keeps the overlay alive, and with it every file of its layers it looked
-        up — removed from the tmpfs or not, its room stays taken — until that
-        namespace ends, seconds later or never. Removing the directory it is mounted
-        on detaches every copy, in every namespace, before ``rmdir`` returns (the
-        kernel's rule for a mount point unlinked where it is not one, Linux 3.18):
-        so the room of the layers let go is free when they are (SPEC B13)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(self.mounter.seen(self.merged))
 
     def __repr__(self) -> str:
         state = "mounted" if self.mounted else "not mounted"
