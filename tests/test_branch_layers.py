@@ -210,13 +210,22 @@ def copies(pid: int, point: Path) -> int:
 
 
 @contextmanager
-def unshared(point: Path) -> Iterator[int]:
+def unshared(point: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process on the host that made a mount namespace of its own, with private
-    mounts (``unshare -m``'s way), while ``point`` is mounted: its pid."""
+    mounts (``unshare -m``'s way), while ``point`` is mounted."""
     process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "300"])
+    ours = os.readlink("/proc/self/ns/mnt")
+
+    def made() -> bool:  # its own namespace (not ours, before unshare ran), and the copy
+        try:
+            theirs = os.readlink(f"/proc/{process.pid}/ns/mnt")
+        except OSError:
+            return False
+        return theirs != ours and copies(process.pid, point) == 1
+
     try:
-        wait_until(lambda: copies(process.pid, point) == 1, "the namespace made")
-        yield process.pid
+        wait_until(made, "the namespace made")
+        yield process
     finally:
         process.kill()
         process.wait()
@@ -240,7 +249,8 @@ def test_B13_the_room_of_layers_let_go_is_free_whatever_namespace_holds_a_copy(
         # and a namespace made while the overlay is mounted, which holds a copy of it,
         # through which the frozen file is read and (but for a merge) 2 MiB written,
         # with a read-only mode (a file an unprivileged daemon could not write as is)
-        with unshared(overlay.merged) as pid:
+        with unshared(overlay.merged) as holder:
+            pid = holder.pid
             assert (view / "a").read_bytes() == bytes(2 * MIB)
             if operation != "merge":
                 (view / "b").write_bytes(bytes(2 * MIB))
@@ -262,7 +272,10 @@ def test_B13_the_room_of_layers_let_go_is_free_whatever_namespace_holds_a_copy(
                 # of the old overlay lives on, untouched, in that namespace (taking
                 # it away would fail a sandbox being set up there at that moment)
                 assert room <= layer.used_bytes() < room + 256 * 1024
-                assert copies(pid, overlay.merged) == 1
+                assert holder.poll() is None, "the namespace's process ended"
+                with open(f"/proc/{pid}/mountinfo") as table:
+                    seen = table.read()
+                assert copies(pid, overlay.merged) == 1, seen
                 assert (view / "a").exists() == (operation != "rewind")
             else:
                 # Then the tmpfs is gone from that namespace too (its directory removed)

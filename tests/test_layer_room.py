@@ -91,6 +91,14 @@ def holders(device: str, point: str) -> set[int]:
     return found
 
 
+def _namespace(pid: int) -> str:
+    """The mount namespace of ``pid`` ("" once it is gone)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
 def bystander(client: Client, workspace: Path) -> tuple[Any, str, str]:
     """Another session of the daemon, with a background shell that runs until it is
     stopped: its sandbox and its command's namespace, made now, copy every mount the
@@ -132,7 +140,14 @@ def test_B13_namespaces_made_meanwhile_keep_none_of_a_rewinds_room(
         )
         try:
             (sleeper,) = marked(mark, sleeps_only=True)
-            wait_until(lambda: unshared.pid in holders(device, point), "the host's copy made")
+            ours = os.readlink("/proc/self/ns/mnt")
+            wait_until(
+                lambda: (
+                    _namespace(unshared.pid) not in ("", ours)
+                    and unshared.pid in holders(device, point)
+                ),
+                "the host's copy made",
+            )
             assert sleeper in holders(device, point)  # the copies are there
             sh(session, "cat a > /dev/null; head -c 2097152 /dev/zero > b")
             session.checkpoints()  # the turn's checkpoint is done: both frozen
