@@ -11,12 +11,14 @@ import random
 import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from toolpool.sandbox import layer_removal
 from toolpool.sandbox.layer_merge import squash
 from toolpool.sandbox.layers import SessionLayer, mounts_under
 
@@ -347,3 +349,53 @@ def test_B13_a_dropped_layer_nested_past_any_recursion_limit_goes_whole(
         assert sorted(os.listdir(place)) == ["merged", "upper", "work"]
     finally:
         layer.remove()
+
+
+NOBODY = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.spec("B13", "V17")
+@pytest.mark.skipif(
+    shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON),
+    reason="needs setpriv to become a uid, and a python it may run",
+)
+def test_B13_an_unprivileged_daemons_removal_gets_past_the_modes_a_layer_set() -> None:
+    # Given a layer an unprivileged daemon's user owns, with a read-only file, a
+    # directory of 0555 and one of 000, each holding a file, and a link to a file of
+    # the host that the user may write (all where that user can reach)
+    place = Path(tempfile.mkdtemp(prefix="toolpool-b13-", dir="/tmp"))
+    try:
+        layer = place / "f0"
+        (layer / "ro").mkdir(parents=True)
+        (layer / "sealed" / "in").mkdir(parents=True)
+        for name in ("locked", "ro/f", "sealed/in/f"):
+            (layer / name).write_bytes(bytes(64 * 1024))
+        victim = place / "victim.txt"
+        victim.write_text("kept\n")
+        (layer / "link").symlink_to(victim)
+        # and each file's inode held from outside too, as an old overlay's copy would
+        held = [place / f"held{n}" for n in range(3)]
+        for name, holder in zip(("locked", "ro/f", "sealed/in/f"), held, strict=True):
+            os.link(layer / name, holder)
+        # The module uses the standard library only: a copy of it, run by the
+        # system's python, is the daemon's removal as that user runs it
+        code = Path(layer_removal.__file__).read_text()
+        (place / "removal.py").write_text(code + "\nimport sys\nremove_layer(Path(sys.argv[1]))\n")
+        for path in [place, *place.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        place.chmod(0o755)
+        (layer / "locked").chmod(0o444)
+        (layer / "ro").chmod(0o555)
+        (layer / "sealed").chmod(0)
+        # When that user removes it
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        argv += [SYSTEM_PYTHON, "-I", "-S", str(place / "removal.py"), str(layer)]
+        subprocess.run(argv, check=True, timeout=60, cwd="/", capture_output=True)
+        # Then all of it is gone, its files emptied (what held them holds no room),
+        # and the file the link named is as it was
+        assert not layer.exists()
+        assert [holder.stat().st_size for holder in held] == [0, 0, 0]
+        assert victim.read_text() == "kept\n"
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

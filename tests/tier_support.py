@@ -97,6 +97,7 @@ SLOW_TESTS = frozenset(
         "test_confinement_paths::test_a_swapper_cannot_lead_read_write_edit_or_ls_outside",
         "test_confinement_paths::test_a_swapper_cannot_lead_glob_or_grep_outside",
         "test_branch_layers::test_B13_the_room_of_layers_let_go_is_free_whatever_namespace_holds_a_copy",
+        "test_branch_layers::test_B13_an_unprivileged_daemons_removal_gets_past_the_modes_a_layer_set",
         "test_audit::test_R1_R2_every_call_of_the_daemon_is_one_line_and_sigterm_loses_none",
         "test_audit::test_R1_audit_without_a_log_says_how_to_get_one",
         "test_audit_hostile::test_R6_a_daemon_with_a_planted_audit_log_says_so_in_one_line",

@@ -10,21 +10,26 @@ alive and, through it, every file of the layer it looked up: an unlinked file's 
 stay taken until that namespace ends, seconds later or never. Taking the copies away
 is no cure: the kernel detaches them (when their mount point is removed) from every
 namespace at once, one that a sandbox is being set up in among them, which then fails.
-A truncated file's blocks are free whoever holds it.
+A truncated file's blocks are free whoever holds it. And a layer's files are its own:
+overlayfs copies a file up before it links it, so no inode of a layer is another
+layer's or the host's, and emptying one empties nothing that stays.
 
 A file is opened without following a link and emptied only if it is a regular file (a
-link, a fifo or a device of the layer is never opened through); one this user may not
-write (an unprivileged daemon's file of mode 0444) is made writable first. The walk
-holds one directory open at a time, down by name and back up by "..", so no depth of
-nesting stops it. Nothing else writes a layer let go: its session's processes are gone
-and no command can reach it.
+link, a fifo or a device of the layer is never opened through). What this user may not
+open or change as it is (an unprivileged daemon's: a file of mode 0444, a directory of
+0555 or 000) is given its owner's permissions first, through a descriptor of the entry
+itself. The walk holds one directory open at a time, down by name and back up by "..",
+so no depth of nesting stops it. Nothing else writes a layer let go: its session's
+processes are gone and no command can reach it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,9 +40,8 @@ def remove_layer(top: Path) -> None:
     """Remove the directory ``top`` and everything in it, each regular file emptied
     before it is unlinked. What cannot be removed is left (as ``rmtree`` with
     ``ignore_errors`` would)."""
-    try:
-        fd = os.open(top, _DIRECTORY)
-    except OSError:
+    fd = _open_directory(None, str(top))
+    if fd < 0:
         return  # gone already, or no directory of ours
     below: list[list[str]] = [_clear(fd)]  # per level: subdirectories still to visit
     names: list[str] = []  # per level below ``top``: its directory's name in its parent
@@ -45,9 +49,8 @@ def remove_layer(top: Path) -> None:
         while below:
             if below[-1]:
                 name = below[-1].pop()
-                try:
-                    child = os.open(name, _DIRECTORY, dir_fd=fd)
-                except OSError:
+                child = _open_directory(fd, name)
+                if child < 0:
                     continue
                 os.close(fd)
                 fd = child
@@ -60,8 +63,7 @@ def remove_layer(top: Path) -> None:
             parent = os.open("..", _DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = parent
-            with contextlib.suppress(OSError):
-                os.rmdir(names.pop(), dir_fd=fd)
+            _in(fd, functools.partial(os.rmdir, names.pop(), dir_fd=fd))
     except OSError:
         pass  # a directory that went meanwhile: what is left stays
     finally:
@@ -70,13 +72,33 @@ def remove_layer(top: Path) -> None:
         os.rmdir(top)
 
 
+def _open_directory(parent: int | None, name: str) -> int:
+    """The directory ``name`` (of ``parent``), opened to be read, made readable and
+    searchable by its owner first if need be; -1 when it cannot be."""
+    try:
+        return os.open(name, _DIRECTORY, dir_fd=parent)
+    except PermissionError:
+        place = _given_to_owner(parent, name, stat.S_ISDIR, 0o700)
+        if place < 0:
+            return -1
+        os.close(place)
+        try:
+            return os.open(name, _DIRECTORY, dir_fd=parent)
+        except OSError:
+            return -1
+    except OSError:
+        return -1
+
+
 def _clear(directory: int) -> list[str]:
     """Empty and unlink everything in ``directory`` but its subdirectories; their
     names."""
     try:
         with os.scandir(directory) as entries:
-            found = [(e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
-                     for e in entries]  # fmt: skip
+            found = [
+                (e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+                for e in entries
+            ]
     except OSError:
         return []
     subdirectories = []
@@ -86,9 +108,21 @@ def _clear(directory: int) -> list[str]:
             continue
         if is_file:
             _empty(directory, name)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=directory)
+        _in(directory, functools.partial(os.unlink, name, dir_fd=directory))
     return subdirectories
+
+
+def _in(directory: int, change: Callable[[], None]) -> None:
+    """``change`` of ``directory``'s entries; refused (a directory of 0555), again
+    once its owner may write it; left undone if it still cannot be."""
+    try:
+        change()
+    except PermissionError:
+        with contextlib.suppress(OSError):
+            os.fchmod(directory, 0o700)
+            change()
+    except OSError:
+        pass
 
 
 def _empty(directory: int, name: str) -> None:
@@ -96,9 +130,15 @@ def _empty(directory: int, name: str) -> None:
     try:
         fd = os.open(name, _WRITE, dir_fd=directory)
     except PermissionError:
-        fd = _made_writable(directory, name)
-        if fd < 0:
+        place = _given_to_owner(directory, name, stat.S_ISREG, 0o600)
+        if place < 0:
             return
+        try:
+            fd = os.open(f"/proc/self/fd/{place}", _WRITE & ~os.O_NOFOLLOW)
+        except OSError:
+            return
+        finally:
+            os.close(place)
     except OSError:
         return
     try:
@@ -110,19 +150,20 @@ def _empty(directory: int, name: str) -> None:
         os.close(fd)
 
 
-def _made_writable(directory: int, name: str) -> int:
-    """The regular file ``name`` of ``directory``, made writable by its owner and
-    opened for writing; -1 when it cannot be."""
+def _given_to_owner(
+    directory: int | None, name: str, kind: Callable[[int], bool], mode: int
+) -> int:
+    """An O_PATH descriptor of the entry ``name`` (of ``directory``), never a link,
+    given ``mode`` if it is of ``kind``; -1 when it is not, or cannot be."""
     try:
         place = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
     except OSError:
         return -1
     try:
-        if not stat.S_ISREG(os.fstat(place).st_mode):
-            return -1
-        os.chmod(f"/proc/self/fd/{place}", 0o600)  # the file itself, never a link
-        return os.open(f"/proc/self/fd/{place}", _WRITE & ~os.O_NOFOLLOW)
+        if kind(os.fstat(place).st_mode):
+            os.chmod(f"/proc/self/fd/{place}", mode)  # the entry itself
+            return place
     except OSError:
-        return -1
-    finally:
-        os.close(place)
+        pass
+    os.close(place)
+    return -1
