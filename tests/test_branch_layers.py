@@ -1,7 +1,8 @@
-"""A session's overlays as stacks of layers (SPEC B1, B3, B5, B11), on real mounts:
-a freeze renames and never copies, a fork's overlay stacks its parent's frozen layers
-and outlives the parent's session, a merge of two layers leaves the tree as it was —
-whatever the operations were (whiteouts, opaque and renamed directories)."""
+"""A session's overlays as stacks of layers (SPEC B1, B3, B5, B11, B13), on real
+mounts: a freeze renames and never copies, a fork's overlay stacks its parent's frozen
+layers and outlives the parent's session, a merge of two layers leaves the tree as it
+was — whatever the operations were (whiteouts, opaque and renamed directories) — and
+no copy of an overlay that another mount namespace made outlives its unmount."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ import os
 import random
 import shutil
 import stat
+import subprocess
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from toolpool.sandbox import layer_removal
 from toolpool.sandbox.layer_merge import squash
 from toolpool.sandbox.layers import SessionLayer, mounts_under
+
+from .shell_support import wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="mounting layers in the host's namespaces needs root"
@@ -193,3 +200,202 @@ def test_B5_a_merge_of_two_layers_leaves_the_tree_as_it_was(
         assert (view / "after.txt").read_text() == "after\n"
     finally:
         layer.remove()
+
+
+MIB = 2**20
+
+
+def copies(pid: int, point: Path) -> int:
+    """How many mounts the mount namespace of ``pid`` has at ``point``."""
+    with open(f"/proc/{pid}/mountinfo") as table:
+        return sum(1 for line in table if line.split()[4] == str(point))
+
+
+@contextmanager
+def unshared(point: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process on the host that made a mount namespace of its own, with private
+    mounts (``unshare -m``'s way), while ``point`` is mounted."""
+    process = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "300"])
+    ours = os.readlink("/proc/self/ns/mnt")
+
+    def made() -> bool:  # its own namespace (not ours, before unshare ran), and the copy
+        try:
+            theirs = os.readlink(f"/proc/{process.pid}/ns/mnt")
+        except OSError:
+            return False
+        return theirs != ours and copies(process.pid, point) == 1
+
+    try:
+        wait_until(made, "the namespace made")
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.spec("B13")
+@pytest.mark.parametrize("operation", ["rewind", "merge", "freeze", "remove"])
+def test_B13_the_room_of_layers_let_go_is_free_whatever_namespace_holds_a_copy(
+    store: Path, workspace: Path, operation: str
+) -> None:
+    layer = SessionLayer.make(store / "1.l", 16 * MIB)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        overlay = layer.overlays["w"]
+        # Given 2 MiB frozen (and, for a merge, a second layer frozen over it)
+        (view / "a").write_bytes(bytes(2 * MIB))
+        layer.freeze()
+        if operation == "merge":
+            (view / "c").write_text("c\n")
+            layer.freeze()
+        # and a namespace made while the overlay is mounted, which holds a copy of it,
+        # through which the frozen file is read and (but for a merge) 2 MiB written,
+        # with a read-only mode (a file an unprivileged daemon could not write as is)
+        with unshared(overlay.merged) as holder:
+            pid = holder.pid
+            assert (view / "a").read_bytes() == bytes(2 * MIB)
+            if operation != "merge":
+                (view / "b").write_bytes(bytes(2 * MIB))
+                (view / "b").chmod(0o444)
+            # When the layers change: a rewind, a merge, a freeze, the session's end
+            if operation == "rewind":
+                layer.rewind({"w": 0})
+                room = 0  # everything dropped
+            elif operation == "merge":
+                overlay.replace(0, 1, squash(overlay, 0, layer, "m0"))
+                room = 2 * MIB  # the merged layer's copy of "a"; the two it replaced gone
+            elif operation == "freeze":
+                layer.freeze()
+                room = 4 * MIB  # nothing dropped
+            else:
+                layer.remove()
+            if operation != "remove":
+                # Then the tmpfs holds what the layers keep, no more, while the copy
+                # of the old overlay lives on, untouched, in that namespace (taking
+                # it away would fail a sandbox being set up there at that moment)
+                assert room <= layer.used_bytes() < room + 256 * 1024
+                assert holder.poll() is None, "the namespace's process ended"
+                with open(f"/proc/{pid}/mountinfo") as table:
+                    seen = table.read()
+                assert copies(pid, overlay.merged) == 1, seen
+                assert (view / "a").exists() == (operation != "rewind")
+            else:
+                # Then the tmpfs is gone from that namespace too (its directory removed)
+                assert copies(pid, layer.directory) == 0
+    finally:
+        layer.remove()
+
+
+@pytest.mark.spec("B13")
+def test_B13_emptying_a_dropped_layer_follows_no_link_and_opens_no_fifo(
+    store: Path, workspace: Path, tmp_path: Path
+) -> None:
+    # Given host files that links in a layer name, and a layer that holds those links,
+    # a fifo, a file nobody may write and 2 MiB, frozen
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the host's\n")
+    (tmp_path / "victim-dir").mkdir()
+    (tmp_path / "victim-dir" / "inside.txt").write_text("the host's too\n")
+    layer = SessionLayer.make(store / "1.l", 16 * MIB)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        (view / "link").symlink_to(victim)
+        (view / "dir-link").symlink_to(tmp_path / "victim-dir")
+        (view / "nested").mkdir()
+        (view / "nested" / "link").symlink_to(victim)
+        os.mkfifo(view / "fifo")
+        (view / "locked").write_bytes(bytes(2 * MIB))
+        (view / "locked").chmod(0)
+        layer.freeze()
+        # When the layer is dropped (a rewind to the start)
+        layer.rewind({"w": 0})
+        # Then the layer is gone, its room free, and what its links named untouched
+        assert os.listdir(view) == [] and layer.used_bytes() < 256 * 1024
+        assert victim.read_text() == "the host's\n"
+        assert (tmp_path / "victim-dir" / "inside.txt").read_text() == "the host's too\n"
+    finally:
+        layer.remove()
+
+
+@pytest.mark.spec("B13", "B2")
+def test_B13_a_dropped_layer_nested_past_any_recursion_limit_goes_whole(
+    store: Path, workspace: Path
+) -> None:
+    # Given a layer that nests 1500 directories (deeper than PATH_MAX can name, and
+    # than Python recurses), a 64 KiB file every 100 levels, frozen
+    layer = SessionLayer.make(store / "1.l", 16 * MIB)
+    try:
+        view = layer.seen(layer.mount_workspace(workspace))
+        here = os.open(view, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for level in range(1500):
+                os.mkdir("d", dir_fd=here)
+                below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+                os.close(here)
+                here = below
+                if level % 100 == 0:
+                    made = os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
+                    with open(made, "wb") as file:
+                        file.write(bytes(64 * 1024))
+        finally:
+            os.close(here)
+        layer.freeze()
+        assert layer.used_bytes() >= 15 * 64 * 1024
+        # When a rewind drops it, then all of it is gone, its room free, and the
+        # overlay's directory holds nothing but what a fresh one does
+        layer.rewind({"w": 0})
+        assert os.listdir(view) == [] and layer.used_bytes() < 256 * 1024
+        place = layer.seen(layer.overlays["w"].place)
+        assert sorted(os.listdir(place)) == ["merged", "upper", "work"]
+    finally:
+        layer.remove()
+
+
+NOBODY = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.spec("B13", "V17")
+@pytest.mark.skipif(
+    shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON),
+    reason="needs setpriv to become a uid, and a python it may run",
+)
+def test_B13_an_unprivileged_daemons_removal_gets_past_the_modes_a_layer_set() -> None:
+    # Given a layer an unprivileged daemon's user owns, with a read-only file, a
+    # directory of 0555 and one of 000, each holding a file, and a link to a file of
+    # the host that the user may write (all where that user can reach)
+    place = Path(tempfile.mkdtemp(prefix="toolpool-b13-", dir="/tmp"))
+    try:
+        layer = place / "f0"
+        (layer / "ro").mkdir(parents=True)
+        (layer / "sealed" / "in").mkdir(parents=True)
+        for name in ("locked", "ro/f", "sealed/in/f"):
+            (layer / name).write_bytes(bytes(64 * 1024))
+        victim = place / "victim.txt"
+        victim.write_text("kept\n")
+        (layer / "link").symlink_to(victim)
+        # and each file's inode held from outside too, as an old overlay's copy would
+        held = [place / f"held{n}" for n in range(3)]
+        for name, holder in zip(("locked", "ro/f", "sealed/in/f"), held, strict=True):
+            os.link(layer / name, holder)
+        # The module uses the standard library only: a copy of it, run by the
+        # system's python, is the daemon's removal as that user runs it
+        code = Path(layer_removal.__file__).read_text()
+        (place / "removal.py").write_text(code + "\nimport sys\nremove_layer(Path(sys.argv[1]))\n")
+        for path in [place, *place.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        place.chmod(0o755)
+        (layer / "locked").chmod(0o444)
+        (layer / "ro").chmod(0o555)
+        (layer / "sealed").chmod(0)
+        # When that user removes it
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        argv += [SYSTEM_PYTHON, "-I", "-S", str(place / "removal.py"), str(layer)]
+        subprocess.run(argv, check=True, timeout=60, cwd="/", capture_output=True)
+        # Then all of it is gone, its files emptied (what held them holds no room),
+        # and the file the link named is as it was
+        assert not layer.exists()
+        assert [holder.stat().st_size for holder in held] == [0, 0, 0]
+        assert victim.read_text() == "kept\n"
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

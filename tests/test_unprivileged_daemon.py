@@ -179,6 +179,16 @@ def test_V17_B3_an_unprivileged_daemons_sessions_fork_and_rewind(seen: dict[str,
     assert "+one" in seen["diff"] and "branch.txt" in seen["diff"]
 
 
+@pytest.mark.spec("V17", "B13")
+def test_V17_B13_a_rewind_frees_its_room_beside_a_forks_sandbox_in_the_same_holder(
+    seen: dict[str, Any],
+) -> None:
+    # The parent read its 2 MiB through overlays the fork's running sandbox had copied
+    # (one holder's namespaces for both); the rewind that dropped them freed the room
+    # by the time it answered
+    assert seen["used_after_rewind"] < 2**20
+
+
 @pytest.mark.spec("V17")
 def test_V17_an_unprivileged_daemon_leaves_no_holder_and_no_layer(
     seen: dict[str, Any], mine: Path

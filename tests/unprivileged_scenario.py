@@ -102,6 +102,25 @@ def main() -> None:
             seen["fork_after_rewind"] = call(fork, "bash", command="cat branch.txt /etc/branch")
             seen["diff"] = parent.diff()
             fork.close()
+        with client.session(workspace, workspace_mode="overlay") as parent:
+            # A fork's sandbox runs in the family's holder, a copy of the parent's
+            # overlays in its namespace, while the parent reads 2 MiB through them and
+            # then rewinds past them (B13); the file is read-only and a MiB more lies in
+            # directories of mode 000 and 0555, which the daemon's user must get past
+            write = (
+                "head -c 2097152 /dev/zero > big; chmod 444 big; mkdir -p sealed/in ro; "
+                "head -c 1048576 /dev/zero > sealed/in/f; head -c 1048576 /dev/zero > ro/f; "
+                "chmod 000 sealed; chmod 555 ro"
+            )
+            call(parent, "bash", command=write)
+            start = parent.checkpoints()[0]
+            (fork,) = parent.fork(at=start.id)
+            call(fork, "bash", command="true")
+            call(parent, "bash", command="cat big > /dev/null; echo more > more")
+            parent.rewind(start.id)
+            environment = client.status()["sessions"][parent.id]["environment"]
+            seen["used_after_rewind"] = environment["layer_used_bytes"]
+            fork.close()
         client.__exit__(None, None, None)
     finally:
         daemon.terminate()

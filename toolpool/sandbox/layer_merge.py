@@ -25,6 +25,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from toolpool.sandbox.layer_removal import remove_layer
 from toolpool.sandbox.layer_stack import FrozenLayer, LayerStore, Overlay
 
 _PARKING = ".toolpool-squash"  # where redirected directories wait for their new place
@@ -49,7 +50,7 @@ def squash(overlay: Overlay, first: int, store: LayerStore, name: str) -> Frozen
         finally:
             mounter.unmount(view, lazily=True)
     except BaseException:
-        shutil.rmtree(seen(out), ignore_errors=True)
+        remove_layer(seen(out))  # a copy of the view may hold what the replay wrote
         raise
     finally:
         for part in (work, view):

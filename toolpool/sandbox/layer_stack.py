@@ -15,9 +15,10 @@ Nothing is copied: a freeze is an unmount, a rename and a mount, whatever the tr
 size. A ``FrozenLayer`` lies on the tmpfs of the session that wrote it (its
 ``store``) and is shared by reference with every overlay whose stack holds it — the
 session's own, its forks', their forks' — and removed when the last one lets it go;
-a frozen layer is never written again. Only an overlay nothing runs in may be frozen
-or rewound: the caller ends the session's sandboxes first (an unmount that is busy
-fails, and so does the freeze).
+a frozen layer is never written again (``layer_removal.py`` removes one, its files
+emptied first, B13). Only an overlay nothing runs in may be frozen or rewound: the
+caller ends the session's sandboxes first (an unmount that is busy fails, and so does
+the freeze).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import shutil
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+
+from toolpool.sandbox.layer_removal import remove_layer
 
 # An unmount that is busy (a process of the session still ending) is tried again for
 # up to this long before the freeze or rewind is refused.
@@ -86,7 +88,7 @@ class FrozenLayer:
             self._users -= 1
             gone = self._users == 0
         if gone:
-            shutil.rmtree(self.store.seen(self.path), ignore_errors=True)
+            remove_layer(self.store.seen(self.path))
             self.store.layer_gone()
 
     @property
@@ -194,7 +196,7 @@ class Overlay:
             seen(self.upper).mkdir(mode=0o755)
         finally:
             self.mount()
-        shutil.rmtree(seen(discarded), ignore_errors=True)
+        remove_layer(seen(discarded))
 
     def replace(self, first: int, last: int, merged: FrozenLayer) -> None:
         """The frozen layers ``first`` to ``last`` (inclusive) give way to ``merged``,
