@@ -89,6 +89,36 @@ def stop_zygote() -> str:
     return "stopped the zygote"
 
 
+@tool
+def forge_result(shape: str, ctx: ToolContext) -> str:
+    """Send the pool a Result of its own call that the coordinator cannot read — on
+    the worker's own socket, ahead of the real one — then return normally.
+
+    Args:
+        shape: "empty" (no field of a result), "block" (a content block of no known
+            type), "stamps" (a register entry that is not a stamp).
+    """
+    import gc
+
+    from toolpool.protocol import CallStatus, Result, encode
+    from toolpool.worker.channel import Channel
+
+    result: dict[str, object] = {"call_id": ctx.call_id, "tool_name": "forge_result"}
+    stamps: dict[str, object] = {}
+    if shape == "empty":
+        result = {}
+    elif shape == "block":
+        result["content"] = [{"type": "hologram"}]
+    else:
+        result["content"] = [{"type": "text", "text": "forged"}]
+        stamps = {"/etc/passwd": {"size": "huge"}}
+    forged = encode(Result(ctx.call_id, CallStatus.OK, result, {}, stamps))  # type: ignore[arg-type]
+    (channel,) = [o for o in gc.get_objects() if isinstance(o, Channel)]
+    with channel._lock:
+        channel._socket.send(forged)
+    return "the real result"
+
+
 class PreviewBomb:
     """A tool whose validate and preview do what a tool's input can make them do:
     say where they run (``where``: the pid of each step, written under ``marks``),

@@ -74,6 +74,7 @@ SLOW_MODULES = frozenset(
         "test_tools_in_workers",
         "test_unprivileged_daemon",
         "test_wheel",
+        "test_worker_answers",
         "test_worker_frames",
     }
 )

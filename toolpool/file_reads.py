@@ -291,8 +291,14 @@ def apply_changes(
 ) -> None:
     """Apply what a worker's RecordingRegister recorded to the session's register
     (under the keys it made)."""
-    for key, stamp in changes.items():
-        if stamp is None:
+    # Every entry read before any is applied: changes that cannot all be read
+    # change nothing (ValueError, TypeError or KeyError from the first bad one).
+    stamps = [
+        (str(key), None if stamp is None else FileReadStamp.from_dict(stamp))
+        for key, stamp in changes.items()
+    ]
+    for key, read in stamps:
+        if read is None:
             register._forget(key)
         else:
-            register._record(key, FileReadStamp.from_dict(stamp))
+            register._record(key, read)

@@ -14,6 +14,7 @@ part of the ``Execute`` frame those two make (``ExecuteFrames``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,8 @@ from toolpool.protocol import CallContext, ExecuteFrames
 from toolpool.sandbox.limits import Limits
 from toolpool.sandbox.session_box import SandboxStartError
 from toolpool.tool import ToolContext
+
+log = logging.getLogger("toolpool.pool")
 
 # Entries past this many are dropped at once: the caches hold what sessions share,
 # and a daemon opens and closes sessions for ever.
@@ -159,15 +162,19 @@ class PoolExecutor:
         token = ctx.cancel_token
 
         def finished(outcome: PoolOutcome) -> None:
-            if outcome.stamps:
-                apply_changes(ctx.files, outcome.stamps)
-            if outcome.status is OutcomeStatus.PREPARED:
-                done(None)  # validate passed: no result of its own yet
-            elif egress:
-                refused = self.pool.egress.refused(ctx.session_id, call.id)
-                done(with_refusals(self._result(call, outcome, token), refused))
-            else:
-                done(self._result(call, outcome, token))
+            try:
+                if outcome.stamps:
+                    apply_changes(ctx.files, outcome.stamps)
+                if outcome.status is OutcomeStatus.PREPARED:
+                    result = None  # validate passed: no result of its own yet
+                elif egress:
+                    refused = self.pool.egress.refused(ctx.session_id, call.id)
+                    result = with_refusals(self._result(call, outcome, token), refused)
+                else:
+                    result = self._result(call, outcome, token)
+            except Exception as exc:  # the call still ends: never a turn left waiting
+                result = unreadable(call, outcome, exc)
+            done(result)
 
         pool.submit(
             execute,
@@ -250,6 +257,19 @@ class PoolExecutor:
                 {**result.details, **details},
             )
         return result
+
+
+def unreadable(call: ToolCall, outcome: PoolOutcome, exc: Exception) -> ToolResult:
+    """The result of a call whose worker answered what cannot be read (a tool wrote
+    to its worker's socket): an error, as for a worker that crashed (SPEC D2)."""
+    worker = outcome.worker_id
+    log.error("call %s: the answer of worker %s could not be read", call.id, worker, exc_info=exc)
+    return ToolResult.error(
+        call,
+        ErrorCode.EXECUTION_FAILED,
+        f"The worker's answer for this call could not be read ({type(exc).__name__}: {exc}).",
+        {"worker": worker} if worker else {},
+    )
 
 
 def with_refusals(result: ToolResult, refused: list[dict[str, Any]]) -> ToolResult:

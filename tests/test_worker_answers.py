@@ -1,0 +1,55 @@
+"""SPEC D2: a worker's answer the coordinator cannot read ends its call as an error
+result, like a worker that crashed — the turn never waits for an answer that will
+not come. The answers are forged by a hostile tool on its worker's own socket,
+through a real pool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from toolpool import ErrorCode, ToolCall, tools_in_module
+from toolpool.engine import Coordinator
+from toolpool.pool import PoolExecutor
+
+from .support import pool_factory
+
+MODULES = ("tests.worker_tools", "tests.hostile_tools")
+
+
+@pytest.fixture
+async def coordinator() -> AsyncIterator[Coordinator]:
+    async with pool_factory(min_workers=1, max_workers=2, tool_modules=MODULES) as make:
+        pool = await make()
+        tools = [t for module in MODULES for t in tools_in_module(module)]
+        coordinator = Coordinator(tools, executor=PoolExecutor(pool), max_tool_errors=0)
+        yield coordinator
+        coordinator.close()
+
+
+@pytest.mark.spec("D2")
+@pytest.mark.parametrize("shape", ["empty", "block", "stamps"])
+async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
+    coordinator: Coordinator, workspace: Path, shape: str
+) -> None:
+    # Given a session on a real pool
+    session = coordinator.open_session(workspace=workspace)
+    # When a tool sends the pool a result of its own call that cannot be read
+    # (a hang guard: the turn must end by itself, long before this)
+    (forged,) = await asyncio.wait_for(
+        coordinator.run_turn(session, [ToolCall("f1", "forge_result", {"shape": shape})]), 60
+    )
+    # Then the call ends, as an error that says the worker's answer was unreadable
+    assert forged.is_error, forged
+    assert forged.error_code is ErrorCode.EXECUTION_FAILED
+    assert "could not be read" in forged.text
+    # and the session goes on: its next calls run and answer
+    (after,) = await asyncio.wait_for(
+        coordinator.run_turn(session, [ToolCall("l1", "lookup", {"key": "still here"})]), 60
+    )
+    assert not after.is_error, after
+    # and nothing of the forged stamps reached the session's register
+    assert session.files.get("/etc/passwd") is None
