@@ -273,6 +273,25 @@ def test_the_call_context_is_a_map_on_the_wire() -> None:
     assert decoded.context == CallContext(workspace="/w")
 
 
+def test_a_context_read_again_is_checked_as_strictly_as_the_first_time() -> None:
+    # A worker reads its session's context in every Execute; the last one read is
+    # kept, and a frame equal to it in value but not in type is still refused.
+    context = CallContext(workspace="/w", session_id="s", allow_network=True, layer_bytes=5)
+    frame = msgpack.unpackb(encode(Execute("c", "t", {}, context, {})))
+    first = decode(msgpack.packb(frame))
+    again = decode(msgpack.packb(frame))
+    assert isinstance(first, Execute) and isinstance(again, Execute)
+    assert first.context == again.context == context
+    for field, twin in (("allow_network", 1), ("layer_bytes", 5.0)):
+        bad = {**frame, "context": {**frame["context"], field: twin}}
+        with pytest.raises(ProtocolError, match=f"execute.context.{field}"):
+            decode(msgpack.packb(bad))
+    # and a context that changed is read anew
+    changed = {**frame, "context": {**frame["context"], "session_id": "s2"}}
+    later = decode(msgpack.packb(changed))
+    assert isinstance(later, Execute) and later.context.session_id == "s2"
+
+
 def test_an_unreadable_request_keeps_its_id_for_the_answer() -> None:
     bad = {"t": "steer", "request_id": "r7", "session_id": "s", "action": "dance"}
     with pytest.raises(ProtocolError, match=r"steer\.action is 'dance', not one of") as caught:

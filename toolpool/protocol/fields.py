@@ -406,9 +406,22 @@ def _enum(cls: type[Enum]) -> Check:
 
 
 def _struct(cls: type[Any]) -> Check:
+    """A nested struct's check. The last map read and what it made are kept: the
+    structs are frozen, and one arrives again and again (every ``Execute`` of a
+    session carries the same ``CallContext``). A map equal to the last one, value
+    for value and type for type (``1`` is not ``True`` here), is the same value:
+    known at the cost of comparing them."""
+    last: list[Any] = [None, (), None]  # the map, its values' types, the instance
+
     def nested(value: Any) -> Any:
         if not isinstance(value, dict):
             raise _mismatch(value, (), cls.__name__)
-        return struct(cls)._build(value)
+        if value == last[0]:
+            types_ = tuple(map(type, value.values()))
+            if types_ == last[1]:
+                return last[2]
+        made = struct(cls)._build(value)
+        last[:] = value, tuple(map(type, value.values())), made
+        return made
 
     return nested

@@ -165,10 +165,14 @@ class Runner:
         return self._parsed[1]
 
     def _places_of(self, context: CallContext) -> CallPlaces:
-        """The context's paths as ``Path``s; calls of a session carry the same ones."""
-        if self._places is None or self._places[0] != context:
-            self._places = (context, CallPlaces.of(context))
-        return self._places[1]
+        """The context's paths as ``Path``s; calls of a session carry the same ones
+        (most often the very same object: ``decode`` keeps the last one it read)."""
+        places = self._places
+        if places is not None and (places[0] is context or places[0] == context):
+            return places[1]
+        made = CallPlaces.of(context)
+        self._places = (context, made)
+        return made
 
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
         running = self._running
