@@ -119,6 +119,67 @@ def forge_result(shape: str, ctx: ToolContext) -> str:
     return "the real result"
 
 
+@tool
+def forge_frames(kind: str, ctx: ToolContext) -> str:
+    """Send the pool frames a worker never sends, or sends only in another state, on
+    the worker's own socket; then return normally.
+
+    Args:
+        kind: Which frames (see FORGED in tests/test_worker_answers.py).
+    """
+    import gc
+
+    from toolpool.protocol import (
+        CallContext,
+        CallStatus,
+        Execute,
+        Heartbeat,
+        Preview,
+        Progress,
+        Ready,
+        Result,
+        ShellAction,
+        ShellRequest,
+        Shutdown,
+        Withdrawn,
+        encode,
+    )
+    from toolpool.worker.channel import Channel
+
+    mine = ctx.call_id
+    frames: dict[str, list[bytes]] = {
+        "garbage": [b"\xff\x00 not msgpack", b"\x93\x01\x02\x03", b""],
+        "wrong way": [
+            encode(Execute("x", "noop", {}, CallContext(workspace="/"), {})),
+            encode(Shutdown("forged")),
+        ],
+        "ready again": [encode(Ready("w-nobody", 1)), encode(Ready("w-nobody", 1, failure="x"))],
+        "heartbeats that lie": [
+            encode(Heartbeat("w-someone-else", 1)),
+            encode(Heartbeat("w-nobody", -5)),
+        ],
+        "withdrawn unknown": [encode(Withdrawn(2**40)), encode(Withdrawn(-1))],
+        "another call's": [
+            encode(Progress("not-mine", "hello")),
+            encode(Preview("not-mine", "diff")),
+            encode(Result("not-mine", CallStatus.OK, {"call_id": "not-mine"})),
+        ],
+        "shell nonsense": [
+            encode(ShellRequest("not-mine", "r1", ShellAction.READ, shell_id="sh-1")),
+            encode(ShellRequest(mine, "r2", ShellAction.READ, shell_id="../../etc")),
+        ],
+        "its own twice": [
+            encode(Progress(mine, {"deep": [[[[[]]]]]})),
+            encode(Preview(mine, "late preview")),
+        ],
+    }
+    (channel,) = [o for o in gc.get_objects() if isinstance(o, Channel)]
+    with channel._lock:
+        for frame in frames[kind]:
+            channel._socket.send(frame)
+    return "the real result"
+
+
 class PreviewBomb:
     """A tool whose validate and preview do what a tool's input can make them do:
     say where they run (``where``: the pid of each step, written under ``marks``),

@@ -6,6 +6,7 @@ through a real pool."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,10 +34,11 @@ async def coordinator() -> AsyncIterator[Coordinator]:
 @pytest.mark.spec("D2")
 @pytest.mark.parametrize("shape", ["empty", "block", "stamps"])
 async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
-    coordinator: Coordinator, workspace: Path, shape: str
+    coordinator: Coordinator, workspace: Path, shape: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a session on a real pool
     session = coordinator.open_session(workspace=workspace)
+    caplog.set_level(logging.WARNING, logger="toolpool")
     # When a tool sends the pool a result of its own call that cannot be read
     # (a hang guard: the turn must end by itself, long before this)
     (forged,) = await asyncio.wait_for(
@@ -46,6 +48,9 @@ async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
     assert forged.is_error, forged
     assert forged.error_code is ErrorCode.EXECUTION_FAILED
     assert "could not be read" in forged.text
+    # and the coordinator's log says whose answer it was, with what was wrong
+    (logged,) = [r for r in caplog.records if "could not be read" in r.getMessage()]
+    assert logged.exc_info is not None and "f1" in logged.getMessage()
     # and the session goes on: its next calls run and answer
     (after,) = await asyncio.wait_for(
         coordinator.run_turn(session, [ToolCall("l1", "lookup", {"key": "still here"})]), 60
@@ -53,3 +58,42 @@ async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
     assert not after.is_error, after
     # and nothing of the forged stamps reached the session's register
     assert session.files.get("/etc/passwd") is None
+
+
+FORGED = [
+    "garbage",
+    "wrong way",
+    "ready again",
+    "heartbeats that lie",
+    "withdrawn unknown",
+    "another call's",
+    "shell nonsense",
+    "its own twice",
+]
+
+
+@pytest.mark.spec("D2")
+@pytest.mark.parametrize("kind", FORGED)
+async def test_D2_frames_a_worker_should_not_send_cost_nothing_but_its_own_call(
+    coordinator: Coordinator, workspace: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a session on a real pool
+    session = coordinator.open_session(workspace=workspace)
+    caplog.set_level(logging.WARNING, logger="toolpool")
+    # When a tool sends frames its worker never sends (or not now) on its socket
+    (forged,) = await asyncio.wait_for(
+        coordinator.run_turn(session, [ToolCall("f1", "forge_frames", {"kind": kind})]), 60
+    )
+    # Then its call ends (its own result, or an error about what its worker did)
+    assert forged.call_id == "f1"
+    # and the session's next calls run and answer
+    after = await asyncio.wait_for(
+        coordinator.run_turn(
+            session, [ToolCall(f"l{i}", "lookup", {"key": str(i)}) for i in range(4)]
+        ),
+        60,
+    )
+    assert [r.is_error for r in after] == [False] * 4, after
+    # and nothing in the coordinator raised on the way
+    raised = [r for r in caplog.records if r.exc_info is not None]
+    assert not raised, [r.getMessage() for r in raised]
