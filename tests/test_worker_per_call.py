@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolpool import ToolCall, tools_in_module
 from toolpool.engine import Coordinator
@@ -27,6 +29,7 @@ from toolpool.pool import PoolExecutor
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.limits import CallLimits, Limits
+from toolpool.worker.channel import _timeout_ms
 from toolpool.worker.memory import PeakMemory
 from toolpool.worker.watch import CallWatch
 
@@ -323,6 +326,21 @@ async def test_D4_a_call_after_one_that_replaced_the_cancel_handler_is_still_can
     assert second.error_code is ErrorCode.INTERRUPTED
     assert second.details["escalation"] == "answered"
     assert second.details["worker"] == first.details["worker"]
+
+
+@pytest.mark.spec("D2")
+@pytest.mark.spec("D2")
+@given(st.floats(min_value=-1.0, max_value=3600.0, allow_nan=False))
+def test_D2_the_idle_receive_never_waits_past_the_heartbeat(wait: float) -> None:
+    # A worker waits for its next call in a receive whose timeout is set only when
+    # it changes; whatever the time left to the next heartbeat, the timeout is no
+    # longer (the millisecond a receive rounds up to aside), and at least 1 ms
+    timeout = _timeout_ms(wait)
+    assert 1 <= timeout <= max(0.0, wait) * 1000 + 1
+    # and above a tenth of a second it changes only every tenth of a second
+    if timeout > 100:
+        assert timeout % 100 == 0
+        assert timeout > max(0.0, wait) * 1000 - 100
 
 
 @pytest.mark.spec("D2")

@@ -77,8 +77,6 @@ RESULT_HOLD = 0.001
 # lookup runs in Python, on the path of every call (toolpool.zmqloop says the same).
 _SNDMORE = int(zmq.SNDMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
-_POLLIN = int(zmq.POLLIN)
-_EVENTS = int(zmq.EVENTS)
 _RCVTIMEO = int(zmq.RCVTIMEO)
 
 
@@ -113,6 +111,7 @@ class Channel:
         self._busy = False
         self._closing = False
         self._next_beat = 0.0
+        self._timeout = -1  # the calls line's receive timeout, as last set (ms)
         # Arrived and not yet run: the other parts of a message (a frame of calls), and
         # what came while a tool waited for an answer.
         self._held: deque[Message] = deque()
@@ -386,21 +385,20 @@ class Channel:
             self._next_beat = now + self._interval
 
     def _recv_within(self, wait: float) -> list[bytes]:
-        """The parts of the next message, or none after ``wait`` seconds; with the
-        lock held.
+        """The parts of the next message, or none after ``wait`` seconds at most;
+        with the lock held.
 
-        A receive that gives up at the next heartbeat, rather than a poll then a
+        A receive that gives up by the next heartbeat, rather than a poll then a
         receive: pyzmq's poll builds a Poller for every call, and the two cost the
-        worker ~14 µs more per call (measured). A message already waiting (the next
-        frame, sent while this one ran) is taken without a timeout set."""
+        worker ~14 µs more per call (measured). Its timeout is set only when it
+        changes (``_timeout_ms``): most calls make no socket call but the receive."""
         socket = self._socket
-        if socket.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]
-            flags = _NOBLOCK
-        else:
-            socket.setsockopt(_RCVTIMEO, int(max(0.0, wait) * 1000) + 1)
-            flags = 0
+        timeout = _timeout_ms(wait)
+        if timeout != self._timeout:
+            socket.setsockopt(_RCVTIMEO, timeout)
+            self._timeout = timeout
         try:
-            part = socket.recv(flags, copy=False)
+            part = socket.recv(0, copy=False)
             parts = [part.bytes]
             while part.more:  # a part's flag, not an RCVMORE option asked each time
                 part = socket.recv(_NOBLOCK, copy=False)
@@ -408,6 +406,15 @@ class Channel:
         except zmq.Again:
             return []
         return parts
+
+
+def _timeout_ms(wait: float) -> int:
+    """A receive timeout of at most ``wait`` seconds (never past the heartbeat due
+    then), in whole milliseconds: above a tenth of a second, rounded down to one, so
+    that it stays the same from one call to the next — a receive that gives up early
+    only looks again."""
+    ms = int(max(0.0, wait) * 1000) + 1
+    return ms if ms <= 100 else ms // 100 * 100
 
 
 def _decoded(parts: list[bytes]) -> list[Message]:
