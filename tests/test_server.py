@@ -13,6 +13,7 @@ from toolpool import tool
 from toolpool.daemon import clients as clients_module
 from toolpool.daemon.server import Server
 from toolpool.engine import Coordinator
+from toolpool.engine.executor import Done, ExecutionRequest
 from toolpool.protocol import (
     Accepted,
     EventSelection,
@@ -126,3 +127,58 @@ async def test_H1_a_results_only_turn_is_sent_its_tool_ends_and_turn_end_only(
 async def test_H1_a_calls_tool_end_and_its_turns_end_share_a_frame(tmp_path: Path) -> None:
     # One call: its tool_end, and the turn_end that it brings, in one frame.
     assert await _turn_frames(tmp_path, EventSelection.RESULTS, 1) == [["tool_end", "turn_end"]]
+
+
+class NeverAnswers:
+    """An executor that takes calls and never ends them: a defect below the engine
+    (a lost callback), as once a worker's unreadable answer was."""
+
+    def __init__(self) -> None:
+        self.taken: list[str] = []
+
+    def submit(self, request: ExecutionRequest, done: Done) -> None:
+        self.taken.append(request.call.id)
+
+
+@pytest.mark.spec("D1")
+async def test_D1_a_stopping_daemon_does_not_wait_for_ever_on_a_turn_that_never_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a server with a turn whose call is never answered, even once aborted
+    executor = NeverAnswers()
+    coordinator = Coordinator([echo], executor=executor)
+    server = Server(coordinator)
+    endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
+    server.start()
+    context = zmq.asyncio.Context()
+    client = context.socket(zmq.DEALER)
+    client.connect(endpoint)
+    closed = False
+    try:
+        await client.send(encode(Hello("h1", client="test")))
+        assert isinstance(decode(await client.recv()), Welcome)
+        await client.send(encode(OpenSession("o1", str(tmp_path))))
+        opened = decode(await asyncio.wait_for(client.recv(), 30))
+        assert isinstance(opened, SessionOpened)
+        call = {"id": "c1", "name": "echo", "arguments": {"text": "hi"}}
+        await client.send(encode(Submit("s1", opened.session_id, [call])))
+        while not executor.taken:
+            await asyncio.sleep(0.01)
+        # When the daemon stops: a short grace, then the abort, which nothing answers
+        # (a hang guard around it: without its bound, the drain never returns)
+        await asyncio.wait_for(server.drain(0.05, aborted_wait=0.2), 30)
+        # Then the drain returned, the turn still unfinished, and the log says so
+        assert len(server.unfinished_turns()) == 1
+        stuck = [r for r in caplog.records if "did not end" in r.getMessage()]
+        assert len(stuck) == 1 and stuck[0].levelname == "ERROR"
+        # and closing returns too, though the session waits for that turn to close
+        await asyncio.wait_for(server.close(wait=0.2), 30)
+        closed = True
+        unclosed = [r for r in caplog.records if "did not close" in r.getMessage()]
+        assert len(unclosed) == 1 and unclosed[0].levelname == "ERROR"
+    finally:
+        client.close(linger=0)
+        context.term()
+        if not closed:
+            await server.close(wait=0.2)
+        coordinator.close()

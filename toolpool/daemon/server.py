@@ -41,6 +41,10 @@ log = logging.getLogger("toolpool.daemon")
 # (DaemonCore's ``hold``): about what a worker holds a result for the next (1 ms), so
 # that a call that ends within it reaches the client in one frame, not three.
 EVENT_HOLD_SECONDS = 0.001
+# How long a stopping daemon waits for the turns it aborted (their calls are
+# cancelled: a worker that does not stop is killed after cancel_grace, 2 s), and then
+# for its sessions to close.
+ABORTED_TURNS_SECONDS = 30.0
 
 
 class Server:
@@ -134,8 +138,10 @@ class Server:
     def context(self) -> zmq.Context[zmq.Socket[bytes]]:
         return self._context
 
-    async def drain(self, grace: float) -> None:
-        """Accept no new turns; give running ones ``grace`` seconds, then abort them."""
+    async def drain(self, grace: float, aborted_wait: float = ABORTED_TURNS_SECONDS) -> None:
+        """Accept no new turns; give running ones ``grace`` seconds, then abort them,
+        and wait ``aborted_wait`` seconds at most for the aborted ones to end: the
+        daemon stops even if one never does (a defect, logged), not never."""
         self.core.sessions.draining = True
         pending = self.unfinished_turns()
         if pending:
@@ -144,7 +150,16 @@ class Server:
         self.abort_everything()
         remaining = self.unfinished_turns()
         if remaining:
-            await asyncio.wait([asyncio.ensure_future(t.results()) for t in remaining])
+            waits = [asyncio.ensure_future(t.results()) for t in remaining]
+            _, stuck = await asyncio.wait(waits, timeout=aborted_wait)
+            for wait in stuck:
+                wait.cancel()
+            if stuck:
+                log.error(
+                    "stopping with %d turns that did not end %g s after they were aborted",
+                    len(stuck),
+                    aborted_wait,
+                )
 
     def abort_everything(self) -> None:
         self.core.abort_everything()
@@ -152,11 +167,17 @@ class Server:
     def unfinished_turns(self) -> list[Turn]:
         return self.core.unfinished_turns()
 
-    async def close(self) -> None:
+    async def close(self, wait: float = ABORTED_TURNS_SECONDS) -> None:
+        """End every session (their turns aborted, then their shells), ``wait``
+        seconds at most for them to close, and stop serving."""
         self.core.end_sessions()
         closing = self.core.sessions.closing
         if closing:
-            await asyncio.wait(set(closing))
+            _, stuck = await asyncio.wait(set(closing), timeout=wait)
+            for task in stuck:
+                task.cancel()
+            if stuck:
+                log.error("stopping with %d sessions that did not close in %g s", len(stuck), wait)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
