@@ -180,6 +180,37 @@ def forge_frames(kind: str, ctx: ToolContext) -> str:
     return "the real result"
 
 
+@tool(read_only=True)
+def flood_progress(release: str, seen: str, ctx: ToolContext) -> str:
+    """Write progress frames on the worker's own socket as fast as it takes them,
+    past any coalescing in the worker, until the file ``release`` exists; once the
+    file ``seen`` exists, write how many frames it had sent by then beside it
+    (``seen``.count).
+
+    Args:
+        release: The path whose existence ends the flood.
+        seen: The path another call creates.
+    """
+    import gc
+
+    from toolpool.protocol import Progress, encode
+    from toolpool.worker.channel import Channel
+
+    frame = encode(Progress(ctx.call_id, "x"))
+    (channel,) = [o for o in gc.get_objects() if isinstance(o, Channel)]
+    sent, counted = 0, False
+    while not os.path.exists(release):
+        with channel._lock:  # let go between batches: the worker still heartbeats
+            for _ in range(200):
+                channel._socket.send(frame)
+        sent += 200
+        if not counted and os.path.exists(seen):
+            with open(seen + ".count", "w") as f:
+                f.write(str(sent))
+            counted = True
+    return f"sent {sent} frames"
+
+
 class PreviewBomb:
     """A tool whose validate and preview do what a tool's input can make them do:
     say where they run (``where``: the pid of each step, written under ``marks``),

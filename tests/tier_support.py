@@ -35,6 +35,7 @@ SLOW_MODULES = frozenset(
         "test_background_shell_limits",
         "test_background_shells",
         "test_branching",
+        "test_chatty_tools",
         "test_cli",
         "test_cli_says",
         "test_client_threads",

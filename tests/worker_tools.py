@@ -43,6 +43,18 @@ def write_note(path: str, text: str, ctx: ToolContext) -> str:
 
 
 @tool(read_only=True)
+def print_lines(count: int) -> str:
+    """Print the numbers below ``count``, one per line.
+
+    Args:
+        count: How many lines.
+    """
+    for i in range(count):
+        print(i)
+    return f"printed {count} lines"
+
+
+@tool(read_only=True)
 def noop() -> str:
     """Do nothing."""
     return "ok"

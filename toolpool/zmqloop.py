@@ -10,6 +10,10 @@ ROUTER_MANDATORY sockets that fail fast).
 ZeroMQ's descriptor is edge-triggered and is also consumed by sends, so after a send
 the socket is checked again for waiting input.
 
+A drain reads ``DRAIN_BATCH`` messages at most, then lets the loop run what else is
+ready before it goes on: a peer that floods its socket (a worker whose tool reports
+progress in a tight loop) never keeps the loop from the daemon's other sockets.
+
 On the path of every call, pyzmq's conveniences cost more than the I/O: its flags are
 ``enum.Flag``s whose ``|`` runs in Python (here they are plain ints), ``RCVMORE`` is
 asked per part through an enum lookup (here a part's ``more`` says it), and a drain
@@ -29,6 +33,8 @@ _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)  # a plain int: pyzmq turns an enum option into one per call
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
+# Messages one drain reads before it yields to the loop (and goes on at its next turn).
+DRAIN_BATCH = 64
 
 
 class LoopSocket:
@@ -76,7 +82,7 @@ class LoopSocket:
         self._draining = True
         socket = self.socket
         try:
-            while True:
+            for _ in range(DRAIN_BATCH):
                 try:
                     if not self._events() & _POLLIN:
                         return
@@ -88,6 +94,10 @@ class LoopSocket:
                 except zmq.ZMQError:
                     return  # closed under us
                 self._on_message(frames)
+            # More may wait, and the descriptor will not say so again: go on at the
+            # loop's next turn, after what else is ready.
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
         finally:
             self._draining = False
 

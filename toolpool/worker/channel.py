@@ -51,6 +51,7 @@ from toolpool.protocol import (
     Execute,
     Heartbeat,
     Message,
+    Progress,
     ProtocolError,
     Ready,
     ShellReply,
@@ -72,6 +73,8 @@ CONTROL_SUFFIX = "+control"
 _ENDED_KEPT = 256
 # How long a finished call's result may wait for the next call's, while one waits.
 RESULT_HOLD = 0.001
+# The most text one Progress carries when text progress waiting together is joined.
+PROGRESS_TEXT = 64 * 1024
 
 # pyzmq's flags and options as plain ints: as enum members, each ``|`` and each option
 # lookup runs in Python, on the path of every call (toolpool.zmqloop says the same).
@@ -102,7 +105,7 @@ class Channel:
         self._socket.setsockopt(zmq.LINGER, 2000)  # let a last result leave on exit
         self._socket.connect(endpoint)
         self._lock = threading.Lock()
-        self._outbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         # A wake-up hint: never blocks the writer (a full pipe already means "wake up").
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # A tool runs: the I/O thread serves the socket. A flag, not an Event: nobody
@@ -259,7 +262,7 @@ class Channel:
 
     def send(self, message: Message) -> None:
         """Queue ``message`` (progress) for the coordinator; safe from any thread."""
-        self._outbox.put(encode(message))
+        self._outbox.put(message)
         self._wake()
 
     def _wake(self) -> None:
@@ -361,8 +364,12 @@ class Channel:
         outbox = self._outbox
         if self._unsent and (results_due or not outbox.empty()):
             self._send_results()
-        while not outbox.empty():
-            self._socket.send(outbox.get_nowait())
+        if not outbox.empty():
+            waiting = []
+            while not outbox.empty():
+                waiting.append(outbox.get_nowait())
+            for message in coalesced(waiting):
+                self._socket.send(encode(message))
 
     def _send_results(self) -> None:
         unsent = self._unsent
@@ -406,6 +413,37 @@ class Channel:
         except zmq.Again:
             return []
         return parts
+
+
+def coalesced(messages: list[Message]) -> list[Message]:
+    """``messages`` as they go out: a run of text progress of one call (what a tool
+    prints, line by line) as one ``Progress`` of their text joined, up to
+    ``PROGRESS_TEXT`` characters; the rest as they are, in order. Nothing is lost:
+    a tool that prints in a tight loop costs the coordinator one event per flush,
+    not one per line."""
+    out: list[Message] = []
+    run: list[str] = []  # the text of the run being joined
+    run_of, size = "", 0  # its call, its length
+
+    def end_run() -> None:
+        if run:
+            out.append(Progress(run_of, run[0] if len(run) == 1 else "".join(run)))
+            run.clear()
+
+    for message in messages:
+        if type(message) is Progress and type(message.data) is str:
+            text = message.data
+            if run and (message.call_id != run_of or size + len(text) > PROGRESS_TEXT):
+                end_run()
+            if not run:
+                run_of, size = message.call_id, 0
+            run.append(text)
+            size += len(text)
+        else:
+            end_run()
+            out.append(message)
+    end_run()
+    return out
 
 
 def _timeout_ms(wait: float) -> int:
