@@ -13,7 +13,7 @@ import pytest
 from toolpool import Client, ToolCall, ToolEnd, ToolUpdate
 from toolpool.protocol import Progress, Result
 from toolpool.protocol.wire import CallStatus
-from toolpool.worker.channel import PROGRESS_TEXT, coalesced
+from toolpool.worker.lines import PROGRESS_TEXT, coalesced
 
 from .daemon_support import running_daemon
 

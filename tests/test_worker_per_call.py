@@ -29,7 +29,7 @@ from toolpool.pool import PoolExecutor
 from toolpool.sandbox import linux
 from toolpool.sandbox.cgroups import CallAccounting
 from toolpool.sandbox.limits import CallLimits, Limits
-from toolpool.worker.channel import _timeout_ms
+from toolpool.worker.lines import receive_timeout_ms
 from toolpool.worker.memory import PeakMemory
 from toolpool.worker.watch import CallWatch
 
@@ -335,7 +335,7 @@ def test_D2_the_idle_receive_never_waits_past_the_heartbeat(wait: float) -> None
     # A worker waits for its next call in a receive whose timeout is set only when
     # it changes; whatever the time left to the next heartbeat, the timeout is no
     # longer (the millisecond a receive rounds up to aside), and at least 1 ms
-    timeout = _timeout_ms(wait)
+    timeout = receive_timeout_ms(wait)
     assert 1 <= timeout <= max(0.0, wait) * 1000 + 1
     # and above a tenth of a second it changes only every tenth of a second
     if timeout > 100:

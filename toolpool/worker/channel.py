@@ -51,15 +51,13 @@ from toolpool.protocol import (
     Execute,
     Heartbeat,
     Message,
-    Progress,
-    ProtocolError,
     Ready,
     ShellReply,
     ShellRequest,
     Withdrawn,
-    decode,
     encode,
 )
+from toolpool.worker.lines import coalesced, decoded, receive_timeout_ms
 from toolpool.worker.timer import OneShotTimer
 
 log = logging.getLogger(__name__)
@@ -73,8 +71,6 @@ CONTROL_SUFFIX = "+control"
 _ENDED_KEPT = 256
 # How long a finished call's result may wait for the next call's, while one waits.
 RESULT_HOLD = 0.001
-# The most text one Progress carries when text progress waiting together is joined.
-PROGRESS_TEXT = 64 * 1024
 
 # pyzmq's flags and options as plain ints: as enum members, each ``|`` and each option
 # lookup runs in Python, on the path of every call (toolpool.zmqloop says the same).
@@ -164,7 +160,7 @@ class Channel:
                 self._flush()  # held results, late progress of the last call
                 self._heartbeat_if_due()
                 parts = self._recv_within(self._next_beat - time.monotonic())
-            for message in _decoded(parts):
+            for message in decoded(parts):
                 if isinstance(message, ShellReply):
                     # The answer to a question its call gave up on (cancelled meanwhile).
                     log.debug("dropped a late answer to request %s", message.request_id)
@@ -192,7 +188,7 @@ class Channel:
                     raise TimeoutError(f"no answer to {request.action.value} in {timeout:g} s")
                 parts = self._recv_within(min(self._next_beat, deadline) - now)
                 answer = None
-                for message in _decoded(parts):
+                for message in decoded(parts):
                     if isinstance(message, ShellReply):
                         if message.request_id == request.request_id:
                             answer = message
@@ -330,7 +326,7 @@ class Channel:
                 frame = self._control.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            for message in _decoded([frame]):
+            for message in decoded([frame]):
                 if isinstance(message, Cancel):
                     self._cancel(message)
                 else:
@@ -398,9 +394,9 @@ class Channel:
         A receive that gives up by the next heartbeat, rather than a poll then a
         receive: pyzmq's poll builds a Poller for every call, and the two cost the
         worker ~14 µs more per call (measured). Its timeout is set only when it
-        changes (``_timeout_ms``): most calls make no socket call but the receive."""
+        changes (``receive_timeout_ms``): most calls make no socket call but the receive."""
         socket = self._socket
-        timeout = _timeout_ms(wait)
+        timeout = receive_timeout_ms(wait)
         if timeout != self._timeout:
             socket.setsockopt(_RCVTIMEO, timeout)
             self._timeout = timeout
@@ -413,55 +409,3 @@ class Channel:
         except zmq.Again:
             return []
         return parts
-
-
-def coalesced(messages: list[Message]) -> list[Message]:
-    """``messages`` as they go out: a run of text progress of one call (what a tool
-    prints, line by line) as one ``Progress`` of their text joined, up to
-    ``PROGRESS_TEXT`` characters; the rest as they are, in order. Nothing is lost:
-    a tool that prints in a tight loop costs the coordinator one event per flush,
-    not one per line."""
-    out: list[Message] = []
-    run: list[str] = []  # the text of the run being joined
-    run_of, size = "", 0  # its call, its length
-
-    def end_run() -> None:
-        if run:
-            out.append(Progress(run_of, run[0] if len(run) == 1 else "".join(run)))
-            run.clear()
-
-    for message in messages:
-        if type(message) is Progress and type(message.data) is str:
-            text = message.data
-            if run and (message.call_id != run_of or size + len(text) > PROGRESS_TEXT):
-                end_run()
-            if not run:
-                run_of, size = message.call_id, 0
-            run.append(text)
-            size += len(text)
-        else:
-            end_run()
-            out.append(message)
-    end_run()
-    return out
-
-
-def _timeout_ms(wait: float) -> int:
-    """A receive timeout of at most ``wait`` seconds (never past the heartbeat due
-    then), in whole milliseconds: above a tenth of a second, rounded down to one, so
-    that it stays the same from one call to the next — a receive that gives up early
-    only looks again."""
-    ms = int(max(0.0, wait) * 1000) + 1
-    return ms if ms <= 100 else ms // 100 * 100
-
-
-def _decoded(parts: list[bytes]) -> list[Message]:
-    """The messages of a ZeroMQ message's parts, in order; a part that is not one is
-    dropped (logged)."""
-    messages = []
-    for part in parts:
-        try:
-            messages.append(decode(part))
-        except ProtocolError as exc:
-            log.error("dropped a bad frame from the coordinator: %s", exc)
-    return messages
