@@ -211,6 +211,23 @@ def flood_progress(release: str, seen: str, ctx: ToolContext) -> str:
     return f"sent {sent} frames"
 
 
+@tool(read_only=True)
+def unsendable_progress(kind: str, ctx: ToolContext) -> str:
+    """Report progress that cannot cross the wire: "surrogate", a printed line that
+    is no UTF-8 (a lone surrogate, as os.fsdecode makes of a bad name), or "object",
+    a value msgpack has no form for.
+
+    Args:
+        kind: "surrogate" or "object".
+    """
+    print("fine so far")
+    if kind == "surrogate":
+        print("bad name: \udcff")
+    else:
+        ctx.report_progress(object())
+    return "reported"
+
+
 class PreviewBomb:
     """A tool whose validate and preview do what a tool's input can make them do:
     say where they run (``where``: the pid of each step, written under ``marks``),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from toolpool import Client, ToolCall, ToolEnd, ToolUpdate
@@ -111,3 +112,29 @@ def test_L12_a_worker_flooding_its_socket_never_keeps_other_sessions_waiting(
     # few loop turns of 64 frames each, and ZeroMQ's buffers — not the flood's whole
     # backlog (a count, not a time: the flood goes at the daemon's pace)
     assert int(counted.read_text()) < 100_000
+
+
+@pytest.mark.spec("L12")
+@pytest.mark.parametrize("kind", ["surrogate", "object"])
+def test_L12_progress_that_cannot_be_sent_fails_the_tool_not_its_worker(
+    tmp_path: Path, workspace: Path, kind: str
+) -> None:
+    with (
+        running_daemon(tmp_path, *MODULES) as daemon,
+        Client(runtime_dir=daemon.runtime, timeout=120) as client,
+        client.session(workspace) as session,
+    ):
+        # Given a tool whose progress cannot be encoded (after some that can)
+        turn = session.submit([ToolCall("u", "unsendable_progress", {"kind": kind})])
+        updates = [e.data for e in turn if isinstance(e, ToolUpdate)]
+        (failed,) = turn.results()
+        # Then the tool's own report raised, in the tool: its call is the error
+        assert failed.is_error and failed.error_code is not None
+        assert failed.error_code.value == "execution_failed", failed.text
+        assert "fine so far\n" in "".join(u for u in updates if isinstance(u, str))
+        # and its worker goes on (not lost, not replaced), and so does the session
+        pid = failed.details.get("worker_pid")
+        assert isinstance(pid, int) and psutil.pid_exists(pid)
+        (after,) = session.submit([ToolCall("l", "lookup", {"key": "k"})]).results()
+        assert after.text == "value of k"
+        assert psutil.pid_exists(pid) and pid in daemon.tree()

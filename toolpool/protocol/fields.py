@@ -411,17 +411,18 @@ def _struct(cls: type[Any]) -> Check:
     session carries the same ``CallContext``). A map equal to the last one, value
     for value and type for type (``1`` is not ``True`` here), is the same value:
     known at the cost of comparing them."""
-    last: list[Any] = [None, (), None]  # the map, its values' types, the instance
+    # (the map, its values' types, the instance), replaced whole: a thread that reads
+    # it while another decodes never pairs one map with another's instance
+    last: list[tuple[Any, tuple[type, ...], Any]] = [(None, (), None)]
 
     def nested(value: Any) -> Any:
         if not isinstance(value, dict):
             raise _mismatch(value, (), cls.__name__)
-        if value == last[0]:
-            types_ = tuple(map(type, value.values()))
-            if types_ == last[1]:
-                return last[2]
+        seen, types_, made = last[0]
+        if value == seen and tuple(map(type, value.values())) == types_:
+            return made
         made = struct(cls)._build(value)
-        last[:] = value, tuple(map(type, value.values())), made
+        last[0] = (value, tuple(map(type, value.values())), made)
         return made
 
     return nested

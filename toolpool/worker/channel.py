@@ -51,6 +51,7 @@ from toolpool.protocol import (
     Execute,
     Heartbeat,
     Message,
+    Progress,
     Ready,
     ShellReply,
     ShellRequest,
@@ -101,7 +102,9 @@ class Channel:
         self._socket.setsockopt(zmq.LINGER, 2000)  # let a last result leave on exit
         self._socket.connect(endpoint)
         self._lock = threading.Lock()
-        self._outbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        # Text progress waits as a message (``coalesced`` joins it at the flush);
+        # anything else encoded, in the sender's thread.
+        self._outbox: queue.SimpleQueue[Message | bytes] = queue.SimpleQueue()
         # A wake-up hint: never blocks the writer (a full pipe already means "wake up").
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # A tool runs: the I/O thread serves the socket. A flag, not an Event: nobody
@@ -257,8 +260,16 @@ class Channel:
     # -- any thread ----------------------------------------------------------------------
 
     def send(self, message: Message) -> None:
-        """Queue ``message`` (progress) for the coordinator; safe from any thread."""
-        self._outbox.put(message)
+        """Queue ``message`` (progress, a preview) for the coordinator; safe from any
+        thread. What cannot be encoded raises here, in the sender's thread (a tool's
+        ``report_progress``), never later in the thread that flushes."""
+        if type(message) is Progress and type(message.data) is str:
+            text = message.data
+            if not text.isascii():
+                text.encode()  # a lone surrogate cannot go: UnicodeEncodeError
+            self._outbox.put(message)
+        else:
+            self._outbox.put(encode(message))
         self._wake()
 
     def _wake(self) -> None:
@@ -365,7 +376,7 @@ class Channel:
             while not outbox.empty():
                 waiting.append(outbox.get_nowait())
             for message in coalesced(waiting):
-                self._socket.send(encode(message))
+                self._socket.send(message if isinstance(message, bytes) else encode(message))
 
     def _send_results(self) -> None:
         unsent = self._unsent

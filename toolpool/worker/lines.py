@@ -14,13 +14,13 @@ log = logging.getLogger(__name__)
 PROGRESS_TEXT = 64 * 1024
 
 
-def coalesced(messages: list[Message]) -> list[Message]:
+def coalesced(messages: list[Message | bytes]) -> list[Message | bytes]:
     """``messages`` as they go out: a run of text progress of one call (what a tool
     prints, line by line) as one ``Progress`` of their text joined, up to
-    ``PROGRESS_TEXT`` characters; the rest as they are, in order. Nothing is lost:
-    a tool that prints in a tight loop costs the coordinator one event per flush,
-    not one per line."""
-    out: list[Message] = []
+    ``PROGRESS_TEXT`` characters; the rest (messages, or frames encoded already) as
+    they are, in order. Nothing is lost: a tool that prints in a tight loop costs
+    the coordinator one event per flush, not one per line."""
+    out: list[Message | bytes] = []
     run: list[str] = []  # the text of the run being joined
     run_of, size = "", 0  # its call, its length
 
