@@ -96,7 +96,7 @@ def forge_result(shape: str, ctx: ToolContext) -> str:
 
     Args:
         shape: "empty" (no field of a result), "block" (a content block of no known
-            type), "stamps" (a register entry that is not a stamp).
+            type), "stamps" (a register entry, then one that is not a stamp).
     """
     import gc
 
@@ -111,7 +111,9 @@ def forge_result(shape: str, ctx: ToolContext) -> str:
         result["content"] = [{"type": "hologram"}]
     else:
         result["content"] = [{"type": "text", "text": "forged"}]
-        stamps = {"/etc/passwd": {"size": "huge"}}
+        # A readable entry, then one that is not: neither may be applied
+        good = {"read_at": 1.0, "mtime_ns": 1, "size": 1, "content_hash": "0" * 16}
+        stamps = {"/etc/hostname": good, "/etc/passwd": {"size": "huge"}}
     forged = encode(Result(ctx.call_id, CallStatus.OK, result, {}, stamps))  # type: ignore[arg-type]
     (channel,) = [o for o in gc.get_objects() if isinstance(o, Channel)]
     with channel._lock:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -74,36 +77,48 @@ def echo(text: str) -> str:
     return text
 
 
-async def _turn_frames(tmp_path: Path, events: EventSelection, calls: int) -> list[list[str]]:
-    """The event types of each TurnEvent frame a raw client receives for one turn of
-    ``calls`` echo calls submitted with ``events``, until its turn_end."""
-    coordinator = Coordinator([echo])
-    server = Server(coordinator)
+@asynccontextmanager
+async def _raw_session(server: Server, tmp_path: Path) -> AsyncIterator[tuple[Any, str]]:
+    """``server`` listening, and a raw DEALER client of it that said hello and opened
+    a session: the socket and the session's id. The socket is closed on the way out;
+    the server is the caller's."""
     endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
     server.start()
     context = zmq.asyncio.Context()
     client = context.socket(zmq.DEALER)
     client.connect(endpoint)
-    frames: list[list[str]] = []
     try:
         await client.send(encode(Hello("h1", client="test")))
         assert isinstance(decode(await client.recv()), Welcome)
         await client.send(encode(OpenSession("o1", str(tmp_path))))
         opened = decode(await asyncio.wait_for(client.recv(), 30))
         assert isinstance(opened, SessionOpened)
-        batch = [
-            {"id": f"c{i}", "name": "echo", "arguments": {"text": f"t{i}"}} for i in range(calls)
-        ]
-        await client.send(encode(Submit("s1", opened.session_id, batch, events=events)))
-        while not frames or frames[-1][-1:] != ["turn_end"]:
-            message = decode(await asyncio.wait_for(client.recv(), 30))
-            if isinstance(message, TurnEvent):
-                frames.append([e["type"] for e in message.events])
-            else:
-                assert isinstance(message, Accepted)
+        yield client, opened.session_id
     finally:
         client.close(linger=0)
         context.term()
+
+
+async def _turn_frames(tmp_path: Path, events: EventSelection, calls: int) -> list[list[str]]:
+    """The event types of each TurnEvent frame a raw client receives for one turn of
+    ``calls`` echo calls submitted with ``events``, until its turn_end."""
+    coordinator = Coordinator([echo])
+    server = Server(coordinator)
+    frames: list[list[str]] = []
+    try:
+        async with _raw_session(server, tmp_path) as (client, session_id):
+            batch = [
+                {"id": f"c{i}", "name": "echo", "arguments": {"text": f"t{i}"}}
+                for i in range(calls)
+            ]
+            await client.send(encode(Submit("s1", session_id, batch, events=events)))
+            while not frames or frames[-1][-1:] != ["turn_end"]:
+                message = decode(await asyncio.wait_for(client.recv(), 30))
+                if isinstance(message, TurnEvent):
+                    frames.append([e["type"] for e in message.events])
+                else:
+                    assert isinstance(message, Accepted)
+    finally:
         await server.close()
         coordinator.close()  # its sessions' scratch dirs
     return frames
@@ -148,37 +163,26 @@ async def test_D1_a_stopping_daemon_does_not_wait_for_ever_on_a_turn_that_never_
     executor = NeverAnswers()
     coordinator = Coordinator([echo], executor=executor)
     server = Server(coordinator)
-    endpoint = server.bind(f"ipc://{tmp_path}/server.sock")
-    server.start()
-    context = zmq.asyncio.Context()
-    client = context.socket(zmq.DEALER)
-    client.connect(endpoint)
     closed = False
     try:
-        await client.send(encode(Hello("h1", client="test")))
-        assert isinstance(decode(await client.recv()), Welcome)
-        await client.send(encode(OpenSession("o1", str(tmp_path))))
-        opened = decode(await asyncio.wait_for(client.recv(), 30))
-        assert isinstance(opened, SessionOpened)
-        call = {"id": "c1", "name": "echo", "arguments": {"text": "hi"}}
-        await client.send(encode(Submit("s1", opened.session_id, [call])))
-        while not executor.taken:
-            await asyncio.sleep(0.01)
-        # When the daemon stops: a short grace, then the abort, which nothing answers
-        # (a hang guard around it: without its bound, the drain never returns)
-        await asyncio.wait_for(server.drain(0.05, aborted_wait=0.2), 30)
-        # Then the drain returned, the turn still unfinished, and the log says so
-        assert len(server.unfinished_turns()) == 1
-        stuck = [r for r in caplog.records if "did not end" in r.getMessage()]
-        assert len(stuck) == 1 and stuck[0].levelname == "ERROR"
-        # and closing returns too, though the session waits for that turn to close
-        await asyncio.wait_for(server.close(wait=0.2), 30)
-        closed = True
-        unclosed = [r for r in caplog.records if "did not close" in r.getMessage()]
-        assert len(unclosed) == 1 and unclosed[0].levelname == "ERROR"
+        async with _raw_session(server, tmp_path) as (client, session_id):
+            call = {"id": "c1", "name": "echo", "arguments": {"text": "hi"}}
+            await client.send(encode(Submit("s1", session_id, [call])))
+            while not executor.taken:
+                await asyncio.sleep(0.01)
+            # When the daemon stops: a short grace, then the abort, which nothing answers
+            # (a hang guard around it: without its bound, the drain never returns)
+            await asyncio.wait_for(server.drain(0.05, aborted_wait=0.2), 30)
+            # Then the drain returned, the turn still unfinished, and the log says so
+            assert len(server.unfinished_turns()) == 1
+            stuck = [r for r in caplog.records if "did not end" in r.getMessage()]
+            assert len(stuck) == 1 and stuck[0].levelname == "ERROR"
+            # and closing returns too, though the session waits for that turn to close
+            await asyncio.wait_for(server.close(wait=0.2), 30)
+            closed = True
+            unclosed = [r for r in caplog.records if "did not close" in r.getMessage()]
+            assert len(unclosed) == 1 and unclosed[0].levelname == "ERROR"
     finally:
-        client.close(linger=0)
-        context.term()
         if not closed:
             await server.close(wait=0.2)
         coordinator.close()

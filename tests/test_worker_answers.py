@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from toolpool import ErrorCode, ToolCall, tools_in_module
+from toolpool import ErrorCode, ToolCall, ToolResult, tools_in_module
 from toolpool.engine import Coordinator
+from toolpool.engine.session import Session
 from toolpool.pool import PoolExecutor
 
 from .support import pool_factory
@@ -31,6 +32,14 @@ async def coordinator() -> AsyncIterator[Coordinator]:
         coordinator.close()
 
 
+async def _turn(
+    coordinator: Coordinator, session: Session, *calls: ToolCall
+) -> tuple[ToolResult, ...]:
+    """The results of one turn of ``calls`` (a hang guard: a turn here ends by itself,
+    long before it)."""
+    return await asyncio.wait_for(coordinator.run_turn(session, list(calls)), 60)
+
+
 @pytest.mark.spec("D2")
 @pytest.mark.parametrize("shape", ["empty", "block", "stamps"])
 async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
@@ -40,10 +49,7 @@ async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
     session = coordinator.open_session(workspace=workspace)
     caplog.set_level(logging.WARNING, logger="toolpool")
     # When a tool sends the pool a result of its own call that cannot be read
-    # (a hang guard: the turn must end by itself, long before this)
-    (forged,) = await asyncio.wait_for(
-        coordinator.run_turn(session, [ToolCall("f1", "forge_result", {"shape": shape})]), 60
-    )
+    (forged,) = await _turn(coordinator, session, ToolCall("f1", "forge_result", {"shape": shape}))
     # Then the call ends, as an error that says the worker's answer was unreadable
     assert forged.is_error, forged
     assert forged.error_code is ErrorCode.EXECUTION_FAILED
@@ -52,12 +58,12 @@ async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
     (logged,) = [r for r in caplog.records if "could not be read" in r.getMessage()]
     assert logged.exc_info is not None and "f1" in logged.getMessage()
     # and the session goes on: its next calls run and answer
-    (after,) = await asyncio.wait_for(
-        coordinator.run_turn(session, [ToolCall("l1", "lookup", {"key": "still here"})]), 60
-    )
+    (after,) = await _turn(coordinator, session, ToolCall("l1", "lookup", {"key": "still here"}))
     assert not after.is_error, after
-    # and nothing of the forged stamps reached the session's register
+    # and nothing of the forged stamps reached the session's register: not the bad
+    # entry, nor the readable one before it (all or nothing)
     assert session.files.get("/etc/passwd") is None
+    assert session.files.get("/etc/hostname") is None
 
 
 FORGED = [
@@ -81,17 +87,12 @@ async def test_D2_frames_a_worker_should_not_send_cost_nothing_but_its_own_call(
     session = coordinator.open_session(workspace=workspace)
     caplog.set_level(logging.WARNING, logger="toolpool")
     # When a tool sends frames its worker never sends (or not now) on its socket
-    (forged,) = await asyncio.wait_for(
-        coordinator.run_turn(session, [ToolCall("f1", "forge_frames", {"kind": kind})]), 60
-    )
+    (forged,) = await _turn(coordinator, session, ToolCall("f1", "forge_frames", {"kind": kind}))
     # Then its call ends (its own result, or an error about what its worker did)
     assert forged.call_id == "f1"
     # and the session's next calls run and answer
-    after = await asyncio.wait_for(
-        coordinator.run_turn(
-            session, [ToolCall(f"l{i}", "lookup", {"key": str(i)}) for i in range(4)]
-        ),
-        60,
+    after = await _turn(
+        coordinator, session, *[ToolCall(f"l{i}", "lookup", {"key": str(i)}) for i in range(4)]
     )
     assert [r.is_error for r in after] == [False] * 4, after
     # and nothing in the coordinator raised on the way
