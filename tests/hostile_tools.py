@@ -108,7 +108,7 @@ def forge_result(shape: str, ctx: ToolContext) -> str:
     if shape == "empty":
         result = {}
     elif shape == "block":
-        result["content"] = [{"type": "hologram"}]
+        result["content"] = [{"type": "hologram" * 100_000}]  # quoted by the error
     else:
         result["content"] = [{"type": "text", "text": "forged"}]
         # A readable entry, then one that is not: neither may be applied

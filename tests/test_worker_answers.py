@@ -54,9 +54,11 @@ async def test_D2_an_answer_that_cannot_be_read_ends_the_call_as_an_error(
     assert forged.is_error, forged
     assert forged.error_code is ErrorCode.EXECUTION_FAILED
     assert "could not be read" in forged.text
-    # and the coordinator's log says whose answer it was, with what was wrong
+    # and the coordinator's log says whose answer it was, with what was wrong, cut
+    # short (the tool chose what the error quotes)
     (logged,) = [r for r in caplog.records if "could not be read" in r.getMessage()]
-    assert logged.exc_info is not None and "f1" in logged.getMessage()
+    assert "f1" in logged.getMessage() and "Error" in logged.getMessage()
+    assert len(forged.text) < 400 and len(logged.getMessage()) < 400
     # and the session goes on: its next calls run and answer
     (after,) = await _turn(coordinator, session, ToolCall("l1", "lookup", {"key": "still here"}))
     assert not after.is_error, after

@@ -32,6 +32,8 @@ from toolpool.tool import ToolContext
 
 log = logging.getLogger("toolpool.pool")
 
+# How much of what was wrong with an unreadable answer its result and the log say.
+UNREADABLE_CHARS = 200
 # Entries past this many are dropped at once: the caches hold what sessions share,
 # and a daemon opens and closes sessions for ever.
 _CACHE_MAX = 1024
@@ -263,11 +265,14 @@ def unreadable(call: ToolCall, outcome: PoolOutcome, exc: Exception) -> ToolResu
     """The result of a call whose worker answered what cannot be read (a tool wrote
     to its worker's socket): an error, as for a worker that crashed (SPEC D2)."""
     worker = outcome.worker_id
-    log.error("call %s: the answer of worker %s could not be read", call.id, worker, exc_info=exc)
+    # What was wrong, cut short: the exception may quote what the tool sent (a
+    # content block's type of any length, up to a frame's size).
+    what = f"{type(exc).__name__}: {str(exc)[:UNREADABLE_CHARS]}"
+    log.error("call %s: the answer of worker %s could not be read (%s)", call.id, worker, what)
     return ToolResult.error(
         call,
         ErrorCode.EXECUTION_FAILED,
-        f"The worker's answer for this call could not be read ({type(exc).__name__}: {exc}).",
+        f"The worker's answer for this call could not be read ({what}).",
         {"worker": worker} if worker else {},
     )
 
