@@ -260,7 +260,12 @@ def test_N3_each_session_has_its_own_proxy_out_of_the_others_reach(
         assert out(run(b, "curl -sS http://evil.test/during")).startswith("evil /during")
         call(a, "kill_shell", shell_id=shell_id)
         wait_state(client, a, shell_id, "killed")
-        assert client.status()["sessions"][a.id]["network"]["proxy"]["dropped"] >= 44
+        # The 44 connections past the bound were dropped; the proxy says so with its
+        # counters, which it sends at most once a second: waited for, not read once
+        wait_until(
+            lambda: client.status()["sessions"][a.id]["network"]["proxy"]["dropped"] >= 44,
+            "a's proxy counted what it dropped",
+        )
 
 
 @pytest.mark.spec("N3", "N8")
