@@ -30,6 +30,9 @@ def test_L12_text_progress_waiting_together_goes_as_one_update_nothing_lost() ->
         Progress("a", "3\n"),
         Progress("b", "other call\n"),  # another call's: a run of its own
         Progress("a", "4\n"),
+        Progress("a", "step 5"),  # reports that end no line are never run together
+        Progress("a", "step 6"),
+        Progress("a", "7\n"),
         Result("a", CallStatus.OK, {}),
     ]
     out = coalesced(list(waiting))
@@ -39,6 +42,9 @@ def test_L12_text_progress_waiting_together_goes_as_one_update_nothing_lost() ->
         Progress("a", "3\n"),
         Progress("b", "other call\n"),
         Progress("a", "4\n"),
+        Progress("a", "step 5"),
+        Progress("a", "step 6"),
+        Progress("a", "7\n"),
         Result("a", CallStatus.OK, {}),
     ]
     # A long run is cut at PROGRESS_TEXT characters per update; joined, it is whole

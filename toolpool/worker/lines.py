@@ -15,11 +15,12 @@ PROGRESS_TEXT = 64 * 1024
 
 
 def coalesced(messages: list[Message | bytes]) -> list[Message | bytes]:
-    """``messages`` as they go out: a run of text progress of one call (what a tool
-    prints, line by line) as one ``Progress`` of their text joined, up to
-    ``PROGRESS_TEXT`` characters; the rest (messages, or frames encoded already) as
-    they are, in order. Nothing is lost: a tool that prints in a tight loop costs
-    the coordinator one event per flush, not one per line."""
+    """``messages`` as they go out: a run of text progress of one call made of whole
+    lines (what a tool prints, line by line) as one ``Progress`` of their text
+    joined, up to ``PROGRESS_TEXT`` characters; the rest (messages, or frames encoded
+    already) as they are, in order. Nothing is lost, and no report runs into another:
+    a text that does not end a line ("step 2") goes alone. A tool that prints in a
+    tight loop costs the coordinator one event per flush, not one per line."""
     out: list[Message | bytes] = []
     run: list[str] = []  # the text of the run being joined
     run_of, size = "", 0  # its call, its length
@@ -32,7 +33,12 @@ def coalesced(messages: list[Message | bytes]) -> list[Message | bytes]:
     for message in messages:
         if type(message) is Progress and type(message.data) is str:
             text = message.data
-            if run and (message.call_id != run_of or size + len(text) > PROGRESS_TEXT):
+            whole = text.endswith("\n")
+            if run and (
+                message.call_id != run_of
+                or size + len(text) > PROGRESS_TEXT
+                or not (whole and run[-1].endswith("\n"))
+            ):
                 end_run()
             if not run:
                 run_of, size = message.call_id, 0
